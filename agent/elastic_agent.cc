@@ -1,0 +1,244 @@
+#include "agent/elastic_agent.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <filesystem>
+#include <optional>
+
+#include "agent/failure_report.h"
+#include "agent/worker_env.h"
+#include "agent/worker_group.h"
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace ddprun {
+
+class ElasticAgent::Impl {
+ public:
+  Impl(boost::asio::io_context& io, Rendezvous& rendezvous, ProcessSupervisor& supervisor, AgentOptions options)
+      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)) {}
+
+  void start(ElasticAgent* self, std::function<void(int)> onFinished) {
+    onFinished_ = std::move(onFinished);
+    supervisor_.setExitHandler([this](const ProcessExit& exit) {
+      if (group_ && group_->handleExit(exit)) return;
+      spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
+    });
+    rendezvous_.join(self);
+  }
+
+  void handleSignal(int sig) {
+    if (finished_) return;
+    auto now = std::chrono::steady_clock::now();
+    bool escalate = sig == SIGINT && lastSigint_ && now - *lastSigint_ < std::chrono::seconds(1);
+    if (sig == SIGINT) lastSigint_ = now;
+    if (!stopSignal_) {
+      stopSignal_ = sig;
+      spdlog::warn("received {}: stopping workers ({}s grace, then SIGKILL)", signalName(sig),
+                   options_.shutdownGrace.count() / 1000.0);
+      rendezvous_.leave();
+    }
+    if (!group_ || groupStopped_) {
+      finish(128 + *stopSignal_);
+      return;
+    }
+    if (escalate) {
+      spdlog::warn("second SIGINT: killing workers now");
+      group_->killNow();
+    } else {
+      group_->stop(sig, options_.shutdownGrace);
+    }
+  }
+
+  void onRoundReady(const RoundInfo& round) {
+    if (finished_ || stopSignal_) return;
+    pendingRound_ = round;
+    maybeStartPendingRound();
+  }
+
+  void onRoundInterrupted(uint64_t round, const std::string& reason) {
+    if (finished_ || !group_ || round != currentRound_.round) return;
+    spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
+    group_->stop(SIGTERM, options_.shutdownGrace);
+  }
+
+  void onJobClosed(JobOutcome outcome, const std::string& reason) {
+    if (finished_) return;
+    jobClosed_ = outcome;
+    closeReason_ = reason;
+    if (outcome == JobOutcome::kFailed && group_ && !groupStopped_) {
+      group_->stop(SIGTERM, options_.shutdownGrace);
+    }
+    maybeFinishClosedJob();
+  }
+
+ private:
+  void maybeStartPendingRound() {
+    if (!pendingRound_ || (group_ && !groupStopped_)) return;
+    RoundInfo round = *pendingRound_;
+    pendingRound_.reset();
+    if (round.restartCount > 0) {
+      spdlog::warn("restarting workers: attempt {} of {} (round {})", round.restartCount + 1, options_.maxRestarts + 1,
+                   round.round);
+    }
+    startGroup(round);
+  }
+
+  void startGroup(const RoundInfo& round) {
+    currentRound_ = round;
+    groupStopped_ = false;
+    firstFailure_.reset();
+    std::vector<WorkerSpec> specs;
+    for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
+      specs.push_back(makeSpec(round, localRank));
+    }
+    group_.reset();  // the previous attempt's group has stopped and been swept
+    WorkerGroupEvents events;
+    events.onFirstFailure = [this](const WorkerExit& exit) { onWorkerFailed(exit); };
+    events.onSucceeded = [this] { onGroupSucceeded(); };
+    events.onStopped = [this] { onGroupStopped(); };
+    group_ = std::make_unique<WorkerGroup>(io_, supervisor_, std::move(specs), std::move(events));
+    group_->start();
+  }
+
+  WorkerSpec makeSpec(const RoundInfo& round, int localRank) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(options_.runDir) / ("attempt_" + std::to_string(round.restartCount)) /
+                   std::to_string(localRank);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw ConfigError("cannot create " + dir.string() + ": " + ec.message());
+
+    WorkerEnvInputs envIn;
+    envIn.inherited = options_.inherited;
+    envIn.round = round;
+    envIn.localRank = localRank;
+    envIn.localWorldSize = options_.nprocPerNode;
+    envIn.role = options_.role;
+    envIn.maxRestarts = options_.maxRestarts;
+    envIn.runId = options_.runId;
+    envIn.errorFile = (dir / "error.json").string();
+    envIn.virtualLocalRank = options_.virtualLocalRank;
+    fs::remove(envIn.errorFile, ec);
+
+    WorkerSpec spec;
+    spec.localRank = localRank;
+    spec.rank = round.rankOffset + localRank;
+    spec.errorFile = envIn.errorFile;
+    spec.request.executable = options_.executable;
+    spec.request.args = options_.args;
+    spec.request.env = buildWorkerEnv(envIn);
+
+    const LogOptions& log = options_.log;
+    int redirected = log.redirects.forRank(localRank);
+    int teed = log.tee.forRank(localRank);
+    bool shown = log.consoleRanks.empty() || log.consoleRanks.count(localRank);
+    auto& out = spec.output;
+    out.prefix = expandPrefix(log.prefixTemplate, PrefixFields{spec.rank, localRank, options_.role, options_.host});
+    out.stdoutToConsole = shown && (!(redirected & kStdout) || (teed & kStdout));
+    out.stderrToConsole = shown && (!(redirected & kStderr) || (teed & kStderr));
+    if (options_.writeLogFiles || ((redirected | teed) & kStdout)) out.stdoutFile = (dir / "stdout.log").string();
+    if (options_.writeLogFiles || ((redirected | teed) & kStderr)) out.stderrFile = (dir / "stderr.log").string();
+    return spec;
+  }
+
+  void onWorkerFailed(const WorkerExit& exit) {
+    firstFailure_ = exit;
+    spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with exit code {}; stopping the others", exit.rank,
+                 exit.localRank, exit.pid, exit.signal ? "-" + std::to_string(exit.signal) : std::to_string(exit.exitCode));
+    // Tell the rendezvous first, so that peers restart while this node is still stopping.
+    rendezvous_.reportWorkerFailure(currentRound_.round);
+    group_->stop(SIGTERM, options_.shutdownGrace);
+  }
+
+  void onGroupSucceeded() {
+    groupStopped_ = true;
+    supervisor_.sweepOrphans(group_->pids());
+    rendezvous_.reportSucceeded(currentRound_.round);
+  }
+
+  void onGroupStopped() {
+    groupStopped_ = true;
+    int swept = supervisor_.sweepOrphans(group_->pids());
+    if (swept > 0) spdlog::info("killed {} leftover process(es) of the stopped workers", swept);
+    if (firstFailure_) lastFailure_ = makeReport(*firstFailure_);
+    if (stopSignal_) {
+      finish(128 + *stopSignal_);
+      return;
+    }
+    maybeFinishClosedJob();
+    maybeStartPendingRound();
+  }
+
+  void maybeFinishClosedJob() {
+    if (!jobClosed_ || (group_ && !groupStopped_)) return;
+    if (*jobClosed_ == JobOutcome::kSucceeded) {
+      finish(0);
+      return;
+    }
+    if (lastFailure_) {
+      ::fflush(stdout);
+      std::string report = formatFailureReport(*lastFailure_);
+      writeAll(STDERR_FILENO, report);
+      finish(exitStatusOf(lastFailure_->first));
+    } else {
+      spdlog::error("job failed: {}", closeReason_);
+      finish(1);
+    }
+  }
+
+  FailureReportInput makeReport(const WorkerExit& first) {
+    FailureReportInput in;
+    in.program = options_.programName;
+    in.host = options_.host;
+    in.first = first;
+    in.errorFile = group_->spec(first.localRank).errorFile;
+    in.error = readErrorFile(in.errorFile);
+    in.stderrTail = group_->stderrTail(first.localRank);
+    for (const auto& e : group_->exits()) {
+      bool causedByStop = e.signal == SIGTERM || e.signal == SIGKILL;
+      if (e.localRank != first.localRank && !e.succeeded() && !causedByStop) in.others.push_back(e);
+    }
+    return in;
+  }
+
+  void finish(int status) {
+    if (finished_) return;
+    finished_ = true;
+    if (group_ && !group_->allExited()) group_->killNow();
+    if (onFinished_) onFinished_(status);
+  }
+
+  boost::asio::io_context& io_;
+  Rendezvous& rendezvous_;
+  ProcessSupervisor& supervisor_;
+  AgentOptions options_;
+  std::function<void(int)> onFinished_;
+  std::unique_ptr<WorkerGroup> group_;
+  bool groupStopped_ = false;
+  RoundInfo currentRound_;
+  std::optional<RoundInfo> pendingRound_;
+  std::optional<WorkerExit> firstFailure_;
+  std::optional<FailureReportInput> lastFailure_;
+  std::optional<JobOutcome> jobClosed_;
+  std::string closeReason_;
+  std::optional<int> stopSignal_;
+  std::optional<std::chrono::steady_clock::time_point> lastSigint_;
+  bool finished_ = false;
+};
+
+ElasticAgent::ElasticAgent(boost::asio::io_context& io, Rendezvous& rendezvous, ProcessSupervisor& supervisor,
+                           AgentOptions options)
+    : impl_(std::make_unique<Impl>(io, rendezvous, supervisor, std::move(options))) {}
+ElasticAgent::~ElasticAgent() = default;
+void ElasticAgent::start(std::function<void(int)> onFinished) { impl_->start(this, std::move(onFinished)); }
+void ElasticAgent::handleSignal(int sig) { impl_->handleSignal(sig); }
+void ElasticAgent::onRoundReady(const RoundInfo& round) { impl_->onRoundReady(round); }
+void ElasticAgent::onRoundInterrupted(uint64_t round, const std::string& reason) {
+  impl_->onRoundInterrupted(round, reason);
+}
+void ElasticAgent::onJobClosed(JobOutcome outcome, const std::string& reason) { impl_->onJobClosed(outcome, reason); }
+
+}  // namespace ddprun

@@ -1,0 +1,63 @@
+// The agent's control loop for one node: rendezvous -> start the worker group -> watch it -> on a
+// failure or an interrupted round, stop it and go to the next round -> on success, exit barrier.
+// It decides, it does not touch processes or sockets itself: processes go through the
+// ProcessSupervisor, membership and the restart budget through the Rendezvous.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/log_options.h"
+#include "agent/process_supervisor.h"
+#include "rendezvous/rendezvous.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+struct AgentOptions {
+  std::string programName;          // as the user typed it, for messages
+  std::string executable;           // absolute path
+  std::vector<std::string> args;    // argv[1..]
+  Environment inherited;            // the agent's environment, passed on to workers
+  int nprocPerNode = 1;
+  std::string role = "default";
+  int maxRestarts = 0;
+  std::string runId = "none";
+  std::string host;
+  bool virtualLocalRank = false;
+  std::chrono::milliseconds shutdownGrace{30000};
+  LogOptions log;
+  // Folder for per-attempt, per-rank files: error.json always, stdout.log/stderr.log when logs are
+  // kept (LogOptions::logDir set, or redirects/tee ask for files).
+  std::string runDir;
+  bool writeLogFiles = false;
+};
+
+class ElasticAgent final : public RendezvousListener {
+ public:
+  ElasticAgent(boost::asio::io_context& io, Rendezvous& rendezvous, ProcessSupervisor& supervisor,
+               AgentOptions options);
+  ~ElasticAgent() override;
+
+  // Joins the rendezvous. `onFinished` runs once, when the job is over for this node.
+  void start(std::function<void(int exitStatus)> onFinished);
+  // A signal reached ddprun: forward it to the workers, SIGKILL after the grace period (at once on
+  // a second SIGINT within a second), then finish with 128+sig.
+  void handleSignal(int sig);
+
+  void onRoundReady(const RoundInfo& round) override;
+  void onRoundInterrupted(uint64_t round, const std::string& reason) override;
+  void onJobClosed(JobOutcome outcome, const std::string& reason) override;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun

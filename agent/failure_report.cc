@@ -1,0 +1,122 @@
+#include "agent/failure_report.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "common/strings.h"
+
+namespace ddprun {
+namespace {
+
+std::string stringField(const google::protobuf::Struct& s, const std::string& name) {
+  auto it = s.fields().find(name);
+  if (it == s.fields().end()) return {};
+  if (it->second.kind_case() == google::protobuf::Value::kStringValue) return it->second.string_value();
+  if (it->second.kind_case() == google::protobuf::Value::kNumberValue) {
+    return std::to_string(static_cast<long long>(it->second.number_value()));
+  }
+  return {};
+}
+
+std::string formatTime(std::chrono::system_clock::time_point t) {
+  std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::localtime_r(&tt, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string describeExit(const WorkerExit& e) {
+  if (!e.spawnError.empty()) return "127 (could not start: " + e.spawnError + ")";
+  if (e.signal != 0) return "-" + std::to_string(e.signal) + " (" + signalName(e.signal) + ")";
+  return std::to_string(e.exitCode);
+}
+
+void appendIndented(std::ostringstream& out, const std::string& text) {
+  for (const auto& line : split(text, '\n')) {
+    if (!line.empty()) out << "      " << line << "\n";
+  }
+}
+
+}  // namespace
+
+std::optional<ErrorFileContent> readErrorFile(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string text = buf.str();
+  if (trim(text).empty()) return std::nullopt;
+
+  ErrorFileContent content;
+  google::protobuf::Struct root;
+  if (!google::protobuf::util::JsonStringToMessage(text, &root).ok()) {
+    content.message = std::string(trim(text));
+    return content;
+  }
+  auto message = root.fields().find("message");
+  if (message != root.fields().end() && message->second.has_struct_value()) {
+    const auto& inner = message->second.struct_value();
+    content.message = stringField(inner, "message");
+    auto extra = inner.fields().find("extraInfo");
+    if (extra != inner.fields().end() && extra->second.has_struct_value()) {
+      content.traceback = stringField(extra->second.struct_value(), "py_callstack");
+      content.timestamp = stringField(extra->second.struct_value(), "timestamp");
+    }
+  } else {
+    content.message = stringField(root, "message");
+  }
+  if (content.message.empty()) content.message = std::string(trim(text));
+  return content;
+}
+
+std::string signalName(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+int exitStatusOf(const WorkerExit& exit) {
+  if (exit.signal != 0) return 128 + exit.signal;
+  return exit.exitCode == 0 ? 1 : exit.exitCode;
+}
+
+std::string formatFailureReport(const FailureReportInput& in) {
+  const std::string rule(64, '=');
+  std::ostringstream out;
+  out << rule << "\n" << in.program << " FAILED\n" << std::string(64, '-') << "\n";
+  out << "Root cause (first observed failure):\n";
+  out << "  time      : " << formatTime(in.first.time) << "\n";
+  out << "  host      : " << in.host << "\n";
+  out << "  rank      : " << in.first.rank << " (local_rank: " << in.first.localRank << ")\n";
+  if (in.first.pid > 0) out << "  pid       : " << in.first.pid << "\n";
+  out << "  exitcode  : " << describeExit(in.first) << "\n";
+  if (in.error) {
+    out << "  error_file: " << in.errorFile << "\n";
+    out << "  message   : " << in.error->message << "\n";
+    if (!in.error->traceback.empty()) {
+      out << "  traceback :\n";
+      appendIndented(out, in.error->traceback);
+    }
+  }
+  if (!in.stderrTail.empty()) {
+    out << "  stderr (last " << in.stderrTail.size() << " lines):\n";
+    for (const auto& line : in.stderrTail) out << "      " << line << "\n";
+  }
+  if (!in.others.empty()) {
+    out << "Other failures:\n";
+    for (const auto& e : in.others) {
+      out << "  rank " << e.rank << " (local_rank: " << e.localRank << "): exitcode " << describeExit(e) << "\n";
+    }
+  }
+  out << rule << "\n";
+  return out.str();
+}
+
+}  // namespace ddprun

@@ -1,0 +1,34 @@
+// The agent's half of ddprun-watchdog (see watchdog_main.cc): starts it, keeps the pipe's write end,
+// and tells it which worker process groups exist. If the agent dies, the pipe closes and the
+// watchdog cleans up. Missing watchdog = a warning, not a failure: only kill -9 is less covered.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/unique_fd.h"
+
+namespace ddprun {
+
+class Lifeline {
+ public:
+  // Starts `watchdogPath --marker MARKER`. On failure logs a warning and stays inactive.
+  Lifeline(const std::string& watchdogPath, const std::string& marker);
+  // Closes the pipe and waits briefly for the watchdog's final sweep, so that "ddprun exited"
+  // means "nothing of the job is left".
+  ~Lifeline();
+
+  bool active() const { return static_cast<bool>(pipe_); }
+  pid_t watchdogPid() const { return pid_; }
+  void trackGroup(pid_t pgid);
+  void forgetGroup(pid_t pgid);
+
+ private:
+  void send(char op, pid_t pgid);
+
+  UniqueFd pipe_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace ddprun

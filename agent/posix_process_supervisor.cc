@@ -1,0 +1,244 @@
+// Boost.Process 1.74 only enables its vfork executor for old _XOPEN_SOURCE levels, not for glibc
+// with _GNU_SOURCE, where vfork is available all the same.
+#define BOOST_POSIX_HAS_VFORK 1
+
+#include "agent/posix_process_supervisor.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/args.hpp>
+#include <boost/process/env.hpp>
+#include <boost/process/environment.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <boost/process/posix.hpp>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "agent/lifeline.h"
+#include "agent/proc_tree.h"
+#include "common/error.h"
+
+namespace bp = boost::process;
+
+namespace ddprun {
+namespace {
+
+// Runs in the vforked child between vfork and exec: async-signal-safe system calls only, no
+// allocation, no locks (the agent has other threads).
+struct WorkerChildSetup : bp::extend::handler {
+  pid_t agentPid;
+  int stdoutFd;
+  int stderrFd;
+  unsigned maxFd;
+
+  template <class Executor>
+  void on_exec_setup(Executor&) const {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agentPid) ::_exit(127);  // the agent died before prctl took effect
+    if (stdoutFd >= 0) ::dup2(stdoutFd, STDOUT_FILENO);
+    if (stderrFd >= 0) ::dup2(stderrFd, STDERR_FILENO);
+    // Ignored signals survive exec; the agent ignores SIGPIPE, a worker must not.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGPIPE, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // No fd of the agent (pipes of other workers, sockets, the lifeline) may leak into a worker.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (unsigned fd = 3; fd < maxFd; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+    }
+  }
+};
+
+std::string randomHex(int bytes) {
+  std::random_device rd;
+  std::string out;
+  const char* digits = "0123456789abcdef";
+  for (int i = 0; i < bytes; ++i) {
+    unsigned v = rd() & 0xff;
+    out += digits[v >> 4];
+    out += digits[v & 0xf];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string defaultWatchdogPath() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "ddprun-watchdog";
+  return (self.parent_path() / "ddprun-watchdog").string();
+}
+
+class PosixProcessSupervisor::Impl {
+ public:
+  Impl(boost::asio::io_context& io, PosixProcessSupervisorOptions options)
+      : sigchld_(io, SIGCHLD), marker_("DDPRUN_JOB_" + randomHex(8)) {
+    if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+      spdlog::warn("cannot become a child subreaper: {}; daemonized grandchildren may escape", std::strerror(errno));
+    }
+    rlimit limit{};
+    maxFd_ = (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+                 ? static_cast<unsigned>(limit.rlim_cur)
+                 : 65536;
+    if (!options.watchdogPath.empty()) lifeline_ = std::make_unique<Lifeline>(options.watchdogPath, marker_);
+    waitForSigchld();
+  }
+
+  ~Impl() {
+    sigchld_.cancel();
+    handler_ = nullptr;  // its owner may be gone; nobody listens any more
+    for (pid_t pid : running_) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+    for (pid_t pid : running_) ::waitpid(pid, nullptr, 0);  // SIGKILLed: returns at once
+    running_.clear();
+    for (pid_t pgid : everSpawnedGroups_) ::kill(-pgid, SIGKILL);
+    killOrphans();
+    reapAll();
+    if (lifeline_) {
+      for (pid_t pgid : everSpawnedGroups_) lifeline_->forgetGroup(pgid);
+    }
+  }
+
+  pid_t spawn(const SpawnRequest& request) {
+    bp::environment env;
+    for (const auto& [name, value] : request.env.vars()) env[name] = value;
+    env[marker_] = "1";
+    WorkerChildSetup setup;
+    setup.agentPid = ::getpid();
+    setup.stdoutFd = request.stdoutFd;
+    setup.stderrFd = request.stderrFd;
+    setup.maxFd = maxFd_;
+    std::error_code ec;
+    bp::child child(bp::exe = request.executable, bp::args = request.args, env, setup, bp::posix::use_vfork, ec);
+    if (ec || !child.valid()) {
+      throw Error("cannot start " + request.executable + ": " + ec.message());
+    }
+    pid_t pid = child.id();
+    child.detach();  // reaping is ours (SIGCHLD below), never Boost's
+    running_.insert(pid);
+    everSpawnedGroups_.insert(pid);
+    if (lifeline_) lifeline_->trackGroup(pid);
+    return pid;
+  }
+
+  void signalGroup(pid_t pid, int sig) {
+    if (!running_.count(pid) && !everSpawnedGroups_.count(pid)) return;
+    if (::kill(-pid, sig) != 0 && errno == ESRCH && running_.count(pid)) {
+      ::kill(pid, sig);  // it left its own group: reach it directly
+    }
+  }
+
+  void setExitHandler(ExitHandler handler) { handler_ = std::move(handler); }
+
+  int sweepOrphans(const std::vector<pid_t>& endedGroups) {
+    for (pid_t pgid : endedGroups) {
+      if (!running_.count(pgid)) ::kill(-pgid, SIGKILL);
+    }
+    int killed = killOrphans();
+    for (pid_t pgid : endedGroups) {
+      if (running_.count(pgid)) continue;
+      everSpawnedGroups_.erase(pgid);
+      if (lifeline_) lifeline_->forgetGroup(pgid);
+    }
+    return killed;
+  }
+
+  const std::string& marker() const { return marker_; }
+
+ private:
+  void waitForSigchld() {
+    sigchld_.async_wait([this](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      reapAll();
+      waitForSigchld();
+    });
+  }
+
+  // Reaps every child that ended: workers go to the handler; orphans that came back to us as the
+  // subreaper (and the watchdog) are reaped silently so they never linger as zombies.
+  void reapAll() {
+    while (true) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      if (!running_.erase(pid)) {
+        spdlog::debug("reaped orphan {}", pid);
+        continue;
+      }
+      ProcessExit exit;
+      exit.pid = pid;
+      if (WIFSIGNALED(status)) {
+        exit.signal = WTERMSIG(status);
+      } else {
+        exit.exitCode = WEXITSTATUS(status);
+      }
+      if (handler_) handler_(exit);
+    }
+  }
+
+  // Kills living descendants (other than running workers' group leaders and the watchdog) and
+  // processes that carry our marker, until none is left; bounded to one second.
+  int killOrphans() {
+    int killed = 0;
+    pid_t self = ::getpid();
+    pid_t watchdog = lifeline_ ? lifeline_->watchdogPid() : -1;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto table = proc::listProcesses();
+      std::set<pid_t> victims;
+      for (pid_t pid : proc::liveDescendants(self, table)) victims.insert(pid);
+      for (pid_t pid : proc::liveProcessesWithMarker(marker_, table)) victims.insert(pid);
+      std::erase_if(victims, [&](pid_t pid) { return pid == watchdog || inRunningGroup(pid); });
+      if (victims.empty()) break;
+      for (pid_t pid : victims) ::kill(pid, SIGKILL);
+      killed += static_cast<int>(victims.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return killed;
+  }
+
+  bool inRunningGroup(pid_t pid) const {
+    if (running_.empty()) return false;
+    pid_t pgid = ::getpgid(pid);
+    return pgid > 0 && running_.count(pgid);
+  }
+
+  boost::asio::signal_set sigchld_;
+  std::string marker_;
+  unsigned maxFd_ = 65536;
+  std::unique_ptr<Lifeline> lifeline_;
+  std::set<pid_t> running_;             // spawned and not reaped yet
+  std::set<pid_t> everSpawnedGroups_;   // groups the watchdog knows about
+  ExitHandler handler_;
+};
+
+PosixProcessSupervisor::PosixProcessSupervisor(boost::asio::io_context& io, PosixProcessSupervisorOptions options)
+    : impl_(std::make_unique<Impl>(io, std::move(options))) {}
+PosixProcessSupervisor::~PosixProcessSupervisor() = default;
+pid_t PosixProcessSupervisor::spawn(const SpawnRequest& request) { return impl_->spawn(request); }
+void PosixProcessSupervisor::signalGroup(pid_t pid, int sig) { impl_->signalGroup(pid, sig); }
+void PosixProcessSupervisor::setExitHandler(ExitHandler handler) { impl_->setExitHandler(std::move(handler)); }
+int PosixProcessSupervisor::sweepOrphans(const std::vector<pid_t>& endedGroups) {
+  return impl_->sweepOrphans(endedGroups);
+}
+const std::string& PosixProcessSupervisor::marker() const { return impl_->marker(); }
+
+}  // namespace ddprun

@@ -1,0 +1,46 @@
+// The real ProcessSupervisor: spawns with Boost.Process (vfork + exec, so the cost does not grow with
+// the agent's memory), reaps every child through SIGCHLD on the event loop, and makes sure nothing
+// outlives the agent: each worker leads its own process group and dies with the agent's thread
+// (PR_SET_PDEATHSIG), the agent is a child subreaper so orphaned grandchildren come back to it, every
+// descendant carries a marker variable, and ddprun-watchdog covers kill -9 of the agent.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "agent/process_supervisor.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+struct PosixProcessSupervisorOptions {
+  // Path of ddprun-watchdog; empty disables it (unit and integration tests of the class itself).
+  std::string watchdogPath;
+};
+
+class PosixProcessSupervisor final : public ProcessSupervisor {
+ public:
+  PosixProcessSupervisor(boost::asio::io_context& io, PosixProcessSupervisorOptions options);
+  // Kills whatever is still running: a supervisor never leaves processes behind.
+  ~PosixProcessSupervisor() override;
+
+  pid_t spawn(const SpawnRequest& request) override;
+  void signalGroup(pid_t pid, int sig) override;
+  void setExitHandler(ExitHandler handler) override;
+  int sweepOrphans(const std::vector<pid_t>& endedGroups) override;
+
+  // The environment variable every descendant carries (its name is unique to this agent).
+  const std::string& marker() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The watchdog next to the running executable (/proc/self/exe's folder), as installed and built.
+std::string defaultWatchdogPath();
+
+}  // namespace ddprun

@@ -1,0 +1,70 @@
+// ddprun-watchdog: the agent's lifeline. The agent starts it with the read end of a pipe as fd 3 and
+// tells it, one line each, which worker process groups exist ("+PGID") and which are gone ("-PGID").
+// When the pipe reaches end-of-file the agent is gone, however it died (kill -9 included), so the
+// watchdog kills every group it still knows and then every process that carries the agent's marker
+// variable in its environment (grandchildren that left their group or daemonized), and exits.
+// It is a separate small program so that it costs little memory and shares no state with the agent.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "agent/proc_tree.h"
+
+namespace {
+
+constexpr int kLifelineFd = 3;
+
+void killMarked(const std::string& marker) {
+  // Processes may fork while we kill; repeat until two scans in a row find nothing, bounded in time.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int emptyScans = 0;
+  while (emptyScans < 2 && std::chrono::steady_clock::now() < deadline) {
+    auto victims = ddprun::proc::liveProcessesWithMarker(marker, ddprun::proc::listProcesses());
+    for (pid_t pid : victims) ::kill(pid, SIGKILL);
+    emptyScans = victims.empty() ? emptyScans + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(victims.empty() ? 2 : 10));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3 || std::strcmp(argv[1], "--marker") != 0) {
+    const char msg[] = "ddprun-watchdog is started by ddprun, not by hand\n";
+    (void)!::write(2, msg, sizeof(msg) - 1);
+    return 2;
+  }
+  const std::string marker = argv[2];
+  // Terminal and job-control signals are meant for the agent, which forwards them; the watchdog
+  // must live until the lifeline closes.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
+
+  std::set<pid_t> groups;
+  std::string pending;
+  char buf[512];
+  while (true) {
+    ssize_t n = ::read(kLifelineFd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t eol;
+    while ((eol = pending.find('\n')) != std::string::npos) {
+      std::string line = pending.substr(0, eol);
+      pending.erase(0, eol + 1);
+      if (line.size() < 2) continue;
+      pid_t pgid = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
+      if (pgid <= 1) continue;
+      if (line[0] == '+') groups.insert(pgid);
+      if (line[0] == '-') groups.erase(pgid);
+    }
+  }
+  for (pid_t pgid : groups) ::kill(-pgid, SIGKILL);
+  killMarked(marker);
+  return 0;
+}

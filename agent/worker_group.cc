@@ -1,0 +1,185 @@
+#include "agent/worker_group.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "common/error.h"
+
+namespace ddprun {
+
+class WorkerGroup::Impl {
+ public:
+  struct Worker {
+    WorkerSpec spec;
+    std::unique_ptr<WorkerOutput> output;
+    pid_t pid = 0;
+    bool exited = false;
+  };
+
+  Impl(boost::asio::io_context& io, ProcessSupervisor& supervisor, std::vector<WorkerSpec> specs,
+       WorkerGroupEvents events)
+      : io_(io), supervisor_(supervisor), events_(std::move(events)), killTimer_(io) {
+    for (auto& spec : specs) workers_.push_back(Worker{std::move(spec), nullptr, 0, false});
+  }
+
+  ~Impl() {
+    killTimer_.cancel();
+    for (auto& w : workers_) {
+      if (w.output) w.output->close();
+    }
+  }
+
+  void start() {
+    for (auto& w : workers_) {
+      try {
+        w.output = std::make_unique<WorkerOutput>(io_, w.spec.output);
+        SpawnRequest request = w.spec.request;
+        request.stdoutFd = w.output->stdoutWriteFd();
+        request.stderrFd = w.output->stderrWriteFd();
+        w.pid = supervisor_.spawn(request);
+        w.output->closeWriteEnds();
+        w.output->start();
+        spdlog::debug("started local rank {} (rank {}) as pid {}", w.spec.localRank, w.spec.rank, w.pid);
+      } catch (const Error& e) {
+        // Counts as a failed worker; reported from the event loop like any other exit.
+        if (w.output) w.output->close();
+        WorkerExit exit;
+        exit.localRank = w.spec.localRank;
+        exit.rank = w.spec.rank;
+        exit.exitCode = 127;
+        exit.spawnError = e.what();
+        w.exited = true;
+        boost::asio::post(io_, [this, exit] { recordExit(exit); });
+      }
+    }
+  }
+
+  bool handleExit(const ProcessExit& processExit) {
+    for (auto& w : workers_) {
+      if (w.pid != processExit.pid || w.exited) continue;
+      w.exited = true;
+      if (w.output) w.output->drain();
+      WorkerExit exit;
+      exit.localRank = w.spec.localRank;
+      exit.rank = w.spec.rank;
+      exit.pid = w.pid;
+      exit.exitCode = processExit.exitCode;
+      exit.signal = processExit.signal;
+      recordExit(exit);
+      return true;
+    }
+    return false;
+  }
+
+  void stop(int sig, std::chrono::milliseconds grace) {
+    if (!stopping_) {
+      stopping_ = true;
+      for (auto& w : workers_) {
+        if (!w.exited && w.pid > 0) supervisor_.signalGroup(w.pid, sig);
+      }
+    }
+    if (checkStopped()) return;
+    auto deadline = std::chrono::steady_clock::now() + grace;
+    if (killTimerArmed_ && deadline >= killDeadline_) return;
+    killTimerArmed_ = true;
+    killDeadline_ = deadline;
+    killTimer_.expires_at(deadline);
+    killTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      spdlog::warn("workers still running after the grace period: sending SIGKILL");
+      killNow();
+    });
+  }
+
+  void killNow() {
+    stopping_ = true;
+    for (auto& w : workers_) {
+      if (!w.exited && w.pid > 0) supervisor_.signalGroup(w.pid, SIGKILL);
+    }
+  }
+
+  bool allExited() const {
+    for (const auto& w : workers_) {
+      if (!w.exited) return false;
+    }
+    return true;
+  }
+
+  const std::vector<WorkerExit>& exits() const { return exits_; }
+
+  const Worker& worker(int localRank) const {
+    for (const auto& w : workers_) {
+      if (w.spec.localRank == localRank) return w;
+    }
+    throw StateError("no local rank " + std::to_string(localRank));
+  }
+
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> out;
+    for (const auto& w : workers_) {
+      if (w.pid > 0) out.push_back(w.pid);
+    }
+    return out;
+  }
+
+ private:
+  void recordExit(WorkerExit exit) {
+    exit.time = std::chrono::system_clock::now();
+    exits_.push_back(exit);
+    if (!exit.succeeded() && !stopping_ && !failureReported_) {
+      failureReported_ = true;
+      if (events_.onFirstFailure) events_.onFirstFailure(exit);
+    }
+    if (stopping_) {
+      checkStopped();
+      return;
+    }
+    if (allExited() && !failureReported_ && events_.onSucceeded) events_.onSucceeded();
+  }
+
+  // Fires onStopped exactly once, when stopping and every worker is gone.
+  bool checkStopped() {
+    if (!stopping_ || !allExited()) return false;
+    if (!stoppedReported_) {
+      stoppedReported_ = true;
+      killTimer_.cancel();
+      if (events_.onStopped) boost::asio::post(io_, events_.onStopped);
+    }
+    return true;
+  }
+
+  boost::asio::io_context& io_;
+  ProcessSupervisor& supervisor_;
+  WorkerGroupEvents events_;
+  std::vector<Worker> workers_;
+  std::vector<WorkerExit> exits_;
+  boost::asio::steady_timer killTimer_;
+  std::chrono::steady_clock::time_point killDeadline_;
+  bool killTimerArmed_ = false;
+  bool stopping_ = false;
+  bool failureReported_ = false;
+  bool stoppedReported_ = false;
+};
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, ProcessSupervisor& supervisor, std::vector<WorkerSpec> workers,
+                         WorkerGroupEvents events)
+    : impl_(std::make_unique<Impl>(io, supervisor, std::move(workers), std::move(events))) {}
+WorkerGroup::~WorkerGroup() = default;
+void WorkerGroup::start() { impl_->start(); }
+bool WorkerGroup::handleExit(const ProcessExit& exit) { return impl_->handleExit(exit); }
+void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) { impl_->stop(sig, grace); }
+void WorkerGroup::killNow() { impl_->killNow(); }
+bool WorkerGroup::allExited() const { return impl_->allExited(); }
+const std::vector<WorkerExit>& WorkerGroup::exits() const { return impl_->exits(); }
+std::vector<std::string> WorkerGroup::stderrTail(int localRank) const {
+  const auto& w = impl_->worker(localRank);
+  return w.output ? w.output->stderrTail() : std::vector<std::string>{};
+}
+const WorkerSpec& WorkerGroup::spec(int localRank) const { return impl_->worker(localRank).spec; }
+std::vector<pid_t> WorkerGroup::pids() const { return impl_->pids(); }
+
+}  // namespace ddprun

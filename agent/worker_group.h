@@ -1,0 +1,74 @@
+// The workers of one attempt on this node: starts them, maps their exits to ranks, reports the
+// first failure or the success of all, and stops them (signal, grace period, SIGKILL).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/process_supervisor.h"
+#include "agent/worker_output.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+struct WorkerSpec {
+  int localRank = 0;
+  int rank = 0;
+  SpawnRequest request;        // fds are filled in by the group
+  WorkerOutputOptions output;
+  std::string errorFile;       // TORCHELASTIC_ERROR_FILE of this worker
+};
+
+// How one worker ended. Spawn failures are exits too (exitCode 127, spawnError set).
+struct WorkerExit {
+  int localRank = 0;
+  int rank = 0;
+  pid_t pid = 0;
+  int exitCode = -1;   // -1 when killed by a signal
+  int signal = 0;
+  std::chrono::system_clock::time_point time;
+  std::string spawnError;
+
+  bool succeeded() const { return exitCode == 0 && signal == 0; }
+};
+
+struct WorkerGroupEvents {
+  std::function<void(const WorkerExit&)> onFirstFailure;  // once, unless the group is stopping
+  std::function<void()> onSucceeded;                      // every worker exited 0
+  std::function<void()> onStopped;                        // after stop(): every worker has exited
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(boost::asio::io_context& io, ProcessSupervisor& supervisor, std::vector<WorkerSpec> workers,
+              WorkerGroupEvents events);
+  ~WorkerGroup();
+
+  void start();
+  // Routes one exit from the supervisor; false when the pid is not one of this group's workers.
+  bool handleExit(const ProcessExit& exit);
+  // Sends sig to every running worker's process group, then SIGKILL after grace. Calling it again
+  // only shortens the grace period.
+  void stop(int sig, std::chrono::milliseconds grace);
+  void killNow();
+
+  bool allExited() const;
+  const std::vector<WorkerExit>& exits() const;   // in the order they happened
+  std::vector<std::string> stderrTail(int localRank) const;
+  const WorkerSpec& spec(int localRank) const;
+  std::vector<pid_t> pids() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,146 @@
+#include "agent/worker_output.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <deque>
+
+#include "agent/line_splitter.h"
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace ddprun {
+
+class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
+ public:
+  Stream(boost::asio::io_context& io, int consoleFd, std::string prefix, const std::string& filePath, size_t tailLines)
+      : consoleFd_(consoleFd), prefix_(std::move(prefix)), tailLines_(tailLines), descriptor_(io) {
+    Pipe pipe = makePipe();
+    write_ = std::move(pipe.write);
+    descriptor_.assign(pipe.read.release());
+    descriptor_.non_blocking(true);
+    if (!filePath.empty()) {
+      file_.reset(::open(filePath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!file_) throw DDPRUN_SYSTEM_ERROR("cannot open " + filePath);
+    }
+  }
+
+  int writeFd() const { return write_.get(); }
+  void closeWriteEnd() { write_.reset(); }
+
+  void start() { waitReadable(); }
+
+  void drain() { readAvailable(SIZE_MAX); }
+
+  void close() {
+    if (!descriptor_.is_open()) return;
+    drain();
+    boost::system::error_code ignored;
+    descriptor_.close(ignored);
+    finish();
+  }
+
+  std::vector<std::string> tail() const { return {tail_.begin(), tail_.end()}; }
+
+ private:
+  void waitReadable() {
+    if (!descriptor_.is_open()) return;
+    descriptor_.async_wait(boost::asio::posix::descriptor_base::wait_read,
+                           [self = shared_from_this()](const boost::system::error_code& ec) {
+                             if (ec || !self->descriptor_.is_open()) return;
+                             // Bounded per wake-up so one chatty worker cannot starve the others.
+                             if (self->readAvailable(1 << 18)) self->waitReadable();
+                           });
+  }
+
+  // Reads until the pipe is empty or `budget` bytes were read. Returns false at end-of-file.
+  bool readAvailable(size_t budget) {
+    if (!descriptor_.is_open() || eof_) return !eof_;
+    char buf[65536];
+    std::string console;
+    bool open = true;
+    size_t total = 0;
+    while (total < budget) {
+      ssize_t n = ::read(descriptor_.native_handle(), buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;  // EAGAIN: empty for now
+      if (n == 0) {
+        open = false;
+        eof_ = true;
+        break;
+      }
+      total += static_cast<size_t>(n);
+      std::string_view chunk(buf, static_cast<size_t>(n));
+      if (file_) writeAll(file_.get(), chunk);
+      splitter_.feed(chunk, [&](std::string_view line) { emit(line, &console); });
+    }
+    if (!open) splitter_.finish([&](std::string_view line) { emit(line, &console); });
+    if (!console.empty()) writeAll(consoleFd_, console);
+    return open;
+  }
+
+  void finish() {
+    std::string console;
+    splitter_.finish([&](std::string_view line) { emit(line, &console); });
+    if (!console.empty()) writeAll(consoleFd_, console);
+  }
+
+  void emit(std::string_view line, std::string* console) {
+    if (consoleFd_ >= 0) {
+      console->append(prefix_);
+      console->append(line);
+      console->push_back('\n');
+    }
+    if (tailLines_ > 0) {
+      tail_.emplace_back(line);
+      if (tail_.size() > tailLines_) tail_.pop_front();
+    }
+  }
+
+  int consoleFd_;
+  std::string prefix_;
+  size_t tailLines_;
+  boost::asio::posix::stream_descriptor descriptor_;
+  UniqueFd write_;
+  UniqueFd file_;
+  LineSplitter splitter_;
+  std::deque<std::string> tail_;
+  bool eof_ = false;
+};
+
+WorkerOutput::WorkerOutput(boost::asio::io_context& io, const WorkerOutputOptions& options)
+    : out_(std::make_shared<Stream>(io, options.stdoutToConsole ? STDOUT_FILENO : -1, options.prefix,
+                                    options.stdoutFile, 0)),
+      err_(std::make_shared<Stream>(io, options.stderrToConsole ? STDERR_FILENO : -1, options.prefix,
+                                    options.stderrFile, options.tailLines)) {}
+
+WorkerOutput::~WorkerOutput() { close(); }
+
+int WorkerOutput::stdoutWriteFd() const { return out_->writeFd(); }
+int WorkerOutput::stderrWriteFd() const { return err_->writeFd(); }
+
+void WorkerOutput::closeWriteEnds() {
+  out_->closeWriteEnd();
+  err_->closeWriteEnd();
+}
+
+void WorkerOutput::start() {
+  out_->start();
+  err_->start();
+}
+
+void WorkerOutput::drain() {
+  out_->drain();
+  err_->drain();
+}
+
+void WorkerOutput::close() {
+  out_->close();
+  err_->close();
+}
+
+std::vector<std::string> WorkerOutput::stderrTail() const { return err_->tail(); }
+
+}  // namespace ddprun

@@ -1,0 +1,52 @@
+// One worker's stdout and stderr: pipes read on the event loop, cut into whole lines, prefixed and
+// written to the console (one write per batch of whole lines, so lines of different workers never
+// mix), copied raw to per-rank files, and the last stderr lines kept for the failure summary.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+struct WorkerOutputOptions {
+  std::string prefix;            // put before every console line
+  bool stdoutToConsole = true;
+  bool stderrToConsole = true;
+  std::string stdoutFile;        // empty = no file
+  std::string stderrFile;
+  size_t tailLines = 20;         // stderr lines remembered for the failure summary
+};
+
+class WorkerOutput {
+ public:
+  // Creates the pipes and opens the files. Throws SystemError.
+  WorkerOutput(boost::asio::io_context& io, const WorkerOutputOptions& options);
+  ~WorkerOutput();
+
+  // Write ends to hand to the child; call closeWriteEnds() once it is spawned.
+  int stdoutWriteFd() const;
+  int stderrWriteFd() const;
+  void closeWriteEnds();
+
+  // Starts reading on the event loop.
+  void start();
+  // Reads everything that is in the pipes right now (the worker has exited, its last words are
+  // there). Grandchildren may still hold the pipes, so this does not wait for end-of-file.
+  void drain();
+  // Stops reading and emits unfinished last lines.
+  void close();
+
+  std::vector<std::string> stderrTail() const;
+
+ private:
+  class Stream;
+  std::shared_ptr<Stream> out_;
+  std::shared_ptr<Stream> err_;
+};
+
+}  // namespace ddprun

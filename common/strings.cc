@@ -1,0 +1,51 @@
+#include "common/strings.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace ddprun {
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = text.find(sep, start);
+    parts.emplace_back(text.substr(start, pos == std::string_view::npos ? pos : pos - start));
+    if (pos == std::string_view::npos) return parts;
+    start = pos + 1;
+  }
+}
+
+std::string_view trim(std::string_view text) {
+  const char* ws = " \t\r\n";
+  size_t begin = text.find_first_not_of(ws);
+  if (begin == std::string_view::npos) return {};
+  size_t end = text.find_last_not_of(ws);
+  return text.substr(begin, end - begin + 1);
+}
+
+bool startsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+bool endsWith(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+std::optional<int64_t> parseInt(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parseSeconds(std::string_view text) {
+  if (text.empty() || text[0] == '-' || text[0] == '+') return std::nullopt;
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace ddprun

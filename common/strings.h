@@ -1,0 +1,22 @@
+// Small string helpers with strict parsing: "12abc" is not a number.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun {
+
+std::vector<std::string> split(std::string_view text, char sep);
+std::string_view trim(std::string_view text);
+bool startsWith(std::string_view text, std::string_view prefix);
+bool endsWith(std::string_view text, std::string_view suffix);
+
+// Whole-string decimal integer, optional leading '-'; nullopt on anything else or overflow.
+std::optional<int64_t> parseInt(std::string_view text);
+// Whole-string non-negative decimal number, such as "30" or "0.5"; nullopt otherwise.
+std::optional<double> parseSeconds(std::string_view text);
+
+}  // namespace ddprun

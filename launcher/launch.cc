@@ -1,0 +1,153 @@
+#include "launcher/launch.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+
+#include <cstring>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "agent/elastic_agent.h"
+#include "agent/posix_process_supervisor.h"
+#include "agent/worker_env.h"
+#include "common/error.h"
+#include "common/net.h"
+#include "rendezvous/local_rendezvous.h"
+
+namespace ddprun {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where this run's per-attempt files go. A temporary folder is removed at the end unless it holds
+// logs the user asked for (redirects/tee without --log_dir), whose path is then printed.
+class RunDir {
+ public:
+  explicit RunDir(const LaunchConfig& cfg) {
+    bool wantsFiles = cfg.log.redirects.all || cfg.log.tee.all || !cfg.log.redirects.perRank.empty() ||
+                      !cfg.log.tee.perRank.empty();
+    std::string base = cfg.log.logDir;
+    if (base.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      base = tmp && *tmp ? tmp : "/tmp";
+      temporary_ = !wantsFiles;
+    }
+    std::error_code ec;
+    fs::create_directories(base, ec);
+    std::string tmpl = (fs::path(base) / ((cfg.log.logDir.empty() ? "ddprun_" : cfg.runId + "_") + "XXXXXX")).string();
+    if (!::mkdtemp(tmpl.data())) throw ConfigError("cannot create a log folder under " + base + ": " + std::strerror(errno));
+    path_ = tmpl;
+    if (!temporary_) spdlog::warn("worker logs go to {}", path_);
+  }
+  ~RunDir() {
+    std::error_code ec;
+    if (temporary_) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool temporary_ = false;
+};
+
+AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
+  AgentOptions o;
+  o.programName = cfg.program;
+  o.executable = cfg.executable;
+  o.args = cfg.execArgs;
+  o.inherited = Environment::fromCurrentProcess();
+  o.nprocPerNode = cfg.nprocPerNode;
+  o.role = cfg.role;
+  o.maxRestarts = cfg.maxRestarts;
+  o.runId = cfg.runId;
+  o.host = hostName();
+  o.virtualLocalRank = cfg.virtualLocalRank;
+  o.shutdownGrace = std::chrono::milliseconds(static_cast<int64_t>(cfg.shutdownTimeoutSeconds * 1000));
+  o.log = cfg.log;
+  o.runDir = runDir;
+  o.writeLogFiles = !cfg.log.logDir.empty();
+  return o;
+}
+
+LocalRendezvousOptions rendezvousOptions(const LaunchConfig& cfg) {
+  LocalRendezvousOptions o;
+  o.localWorldSize = cfg.nprocPerNode;
+  o.maxRestarts = cfg.maxRestarts;
+  o.masterAddr = cfg.masterAddr;
+  // Static mode keeps torchrun's fixed port; standalone picks a free one each round.
+  o.masterPort = (cfg.standalone && !cfg.masterPortGiven) ? 0 : cfg.masterPort;
+  return o;
+}
+
+}  // namespace
+
+int launch(const LaunchConfig& cfg) {
+  ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the agent; workers get it back
+  boost::asio::io_context io;
+  boost::asio::signal_set signals(io);
+  for (int sig : cfg.signalsToHandle) signals.add(sig);
+
+  RunDir runDir(cfg);
+  PosixProcessSupervisor supervisor(io, PosixProcessSupervisorOptions{defaultWatchdogPath()});
+  LocalRendezvous rendezvous(rendezvousOptions(cfg), [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
+  ElasticAgent agent(io, rendezvous, supervisor, agentOptions(cfg, runDir.path()));
+
+  std::function<void()> waitForSignal = [&] {
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      agent.handleSignal(sig);
+      waitForSignal();
+    });
+  };
+  waitForSignal();
+
+  int status = 1;
+  agent.start([&](int exitStatus) {
+    status = exitStatus;
+    io.stop();
+  });
+  io.run();
+  return status;
+}
+
+int printDryRun(const LaunchConfig& cfg) {
+  RoundInfo round;
+  round.worldSize = cfg.nprocPerNode;
+  round.masterAddr = cfg.masterAddr;
+  round.masterPort = (cfg.standalone && !cfg.masterPortGiven) ? findFreePort(cfg.masterAddr) : cfg.masterPort;
+  std::cout << "ddprun dry run: " << cfg.nprocPerNode << " worker(s) on this node, run id " << cfg.runId << "\n";
+  std::cout << "command: " << cfg.executable;
+  for (const auto& a : cfg.execArgs) std::cout << " " << a;
+  std::cout << "\n\nrank map (local_rank -> rank):\n";
+  for (int i = 0; i < cfg.nprocPerNode; ++i) std::cout << "  " << i << " -> " << i << "\n";
+  Environment inherited = Environment::fromCurrentProcess();
+  for (int i = 0; i < cfg.nprocPerNode; ++i) {
+    WorkerEnvInputs in;
+    in.inherited = inherited;
+    in.round = round;
+    in.localRank = i;
+    in.localWorldSize = cfg.nprocPerNode;
+    in.role = cfg.role;
+    in.maxRestarts = cfg.maxRestarts;
+    in.runId = cfg.runId;
+    in.errorFile = "<log folder>/attempt_0/" + std::to_string(i) + "/error.json";
+    in.virtualLocalRank = cfg.virtualLocalRank;
+    Environment env = buildWorkerEnv(in);
+    std::cout << "\nlocal rank " << i << " environment (set by ddprun; everything else is inherited):\n";
+    for (const auto& name : contractVariableNames()) {
+      auto value = env.get(name);
+      if (value && (inherited.get(name) != value || name == "OMP_NUM_THREADS")) {
+        std::cout << "  " << name << "=" << *value << "\n";
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace ddprun

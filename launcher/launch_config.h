@@ -1,0 +1,53 @@
+// Everything the command line asked for, validated. Built by parseCommandLine (cli.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/log_options.h"
+
+namespace ddprun {
+
+struct LaunchConfig {
+  // Workers
+  int nprocPerNode = 1;
+  std::string role = "default";
+  bool virtualLocalRank = false;
+
+  // Nodes and rendezvous
+  int minNodes = 1;
+  int maxNodes = 1;
+  int nodeRank = 0;
+  bool standalone = false;
+  std::string rdzvBackend = "static";
+  std::string rdzvEndpoint;
+  std::string rdzvConf;
+  std::string runId = "none";
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+  bool masterPortGiven = false;
+  std::string localAddr;
+
+  // Supervision
+  int maxRestarts = 0;
+  double monitorIntervalSeconds = 0.1;  // accepted for compatibility; exits are event-driven
+  double shutdownTimeoutSeconds = 30;
+  std::vector<int> signalsToHandle;
+
+  // Logs
+  LogOptions log;
+  std::string logLevel = "warning";
+
+  // The program
+  std::string program;                 // as typed
+  std::vector<std::string> programArgs;
+  bool module = false;
+  bool noPython = false;
+  std::string executable;              // resolved absolute path of what is exec'd
+  std::vector<std::string> execArgs;   // argv[1..] of what is exec'd
+
+  bool dryRun = false;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,65 @@
+#include "launcher/nproc.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/error.h"
+#include "common/strings.h"
+
+namespace ddprun {
+namespace {
+
+int countVisibleDevicesVariable(const char* visible) {
+  int count = 0;
+  for (const auto& entry : split(visible, ',')) {
+    auto id = trim(entry);
+    if (id.empty() || id[0] == '-') break;  // CUDA stops at the first invalid entry
+    ++count;
+  }
+  return count;
+}
+
+int countCudaDevices() {
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return visible ? countVisibleDevicesVariable(visible) : 0;
+  }
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(::dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(::dlsym(lib, "cuDeviceGetCount"));
+  int devices = 0;
+  if (!init || !count || init(0) != 0 || count(&devices) != 0) devices = 0;
+  ::dlclose(lib);
+  return devices;
+}
+
+}  // namespace
+
+DeviceCounts systemDeviceCounts() {
+  return DeviceCounts{countCudaDevices, [] { return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)); }};
+}
+
+int resolveNprocPerNode(const std::string& value, const DeviceCounts& counts) {
+  if (value == "cpu") return counts.cpus();
+  if (value == "gpu") {
+    int gpus = counts.gpus();
+    if (gpus <= 0) throw ConfigError("--nproc_per_node=gpu: no CUDA device is visible on this machine");
+    return gpus;
+  }
+  if (value == "auto") {
+    int gpus = counts.gpus();
+    return gpus > 0 ? gpus : counts.cpus();
+  }
+  auto n = parseInt(value);
+  if (!n) throw ConfigError("--nproc_per_node '" + value + "': expected a number, auto, cpu or gpu");
+  if (*n < 1 || *n > kMaxNprocPerNode) {
+    throw ConfigError("--nproc_per_node " + value + ": must be between 1 and " + std::to_string(kMaxNprocPerNode));
+  }
+  return static_cast<int>(*n);
+}
+
+}  // namespace ddprun

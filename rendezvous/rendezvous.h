@@ -1,0 +1,53 @@
+// The agent's view of a rendezvous: how a node joins a job, learns its round, and reports what
+// happened to its workers. Backends: LocalRendezvous (one node) and, later, the gRPC client and etcd.
+// Every callback runs on the agent's event loop, never inside the call that caused it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddprun {
+
+// What one round of a job looks like from one node.
+struct RoundInfo {
+  uint64_t round = 0;        // fencing token: grows with every new round of the job
+  int groupRank = 0;         // this node's rank among nodes
+  int groupWorldSize = 1;    // number of nodes in the round
+  int rankOffset = 0;        // global rank of this node's local rank 0
+  int worldSize = 1;         // workers in the round, all nodes together
+  int restartCount = 0;      // restarts spent so far, the same number on every node
+  std::string masterAddr;    // where global rank 0's TCPStore will listen
+  int masterPort = 0;
+  std::string storeAddr;     // ddprun's store for workers, empty when the backend has none
+  std::string storePrefix;
+};
+
+enum class JobOutcome { kSucceeded, kFailed };
+
+class RendezvousListener {
+ public:
+  virtual ~RendezvousListener() = default;
+  // A round is formed and this node is in it: start the workers.
+  virtual void onRoundReady(const RoundInfo& round) = 0;
+  // The running round ends for a reason outside this node (a peer failed, a node joined or left):
+  // stop the workers and wait for the next onRoundReady.
+  virtual void onRoundInterrupted(uint64_t round, const std::string& reason) = 0;
+  // The job is over for every node.
+  virtual void onJobClosed(JobOutcome outcome, const std::string& reason) = 0;
+};
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  // Joins the job. The listener must outlive this object.
+  virtual void join(RendezvousListener* listener) = 0;
+  // A local worker of `round` failed. Leads to the next round while the job's restart budget lasts,
+  // else to onJobClosed(kFailed). A report for an old round is ignored.
+  virtual void reportWorkerFailure(uint64_t round) = 0;
+  // Every local worker of `round` exited 0 (the exit barrier).
+  virtual void reportSucceeded(uint64_t round) = 0;
+  // This node stops (a signal): it leaves without closing the job for the others.
+  virtual void leave() = 0;
+};
+
+}  // namespace ddprun
