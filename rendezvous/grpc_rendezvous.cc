@@ -1,0 +1,230 @@
+#include "rendezvous/grpc_rendezvous.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/error.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+
+namespace ddprun {
+namespace {
+
+namespace pb = ddprun::v1;
+constexpr int kMaxMessageBytes = 4 << 20;
+
+std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // A partitioned server must be noticed within about the heartbeat timeout, not TCP's minutes.
+  auto heartbeatMs = std::chrono::duration_cast<std::chrono::milliseconds>(o.rules.heartbeatTimeout).count();
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(std::max<int64_t>(heartbeatMs / 2, 100)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(std::max<int64_t>(heartbeatMs / 2, 100)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(o.endpoint, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+class GrpcRendezvous::Impl {
+ public:
+  Impl(GrpcRendezvousOptions options, Post post) : options_(std::move(options)), post_(std::move(post)) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    context_.TryCancel();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    if (reader_.joinable()) reader_.join();
+  }
+
+  void join(RendezvousListener* listener) {
+    DDPRUN_CHECK(listener != nullptr, "join needs a listener");
+    listener_ = listener;
+    reader_ = std::thread([this] { run(); });
+  }
+
+  void reportWorkerFailure(uint64_t round) {
+    pb::AgentMessage msg;
+    msg.mutable_worker_failed()->set_round(round);
+    write(msg);
+  }
+
+  void reportSucceeded(uint64_t round) {
+    pb::AgentMessage msg;
+    msg.mutable_succeeded()->set_round(round);
+    write(msg);
+  }
+
+  void leave() {
+    leaving_ = true;
+    pb::AgentMessage msg;
+    msg.mutable_leave()->set_reason("agent stopped by a signal");
+    write(msg);
+  }
+
+ private:
+  void run() {
+    auto channel = makeChannel(options_);
+    auto deadline = std::chrono::system_clock::now() + options_.connectTimeout;
+    if (!channel->WaitForConnected(deadline)) {
+      if (!stopped()) {
+        fail("cannot reach the rendezvous at " + options_.endpoint + " within " +
+             std::to_string(options_.connectTimeout.count() / 1000) + "s");
+      }
+      return;
+    }
+    auto stub = pb::Rendezvous::NewStub(channel);
+    if (!options_.token.empty()) context_.AddMetadata("x-ddprun-token", options_.token);
+    {
+      std::lock_guard<std::mutex> lock(writeMu_);
+      stream_ = stub->Session(&context_);
+    }
+    pb::AgentMessage join;
+    auto* j = join.mutable_join();
+    j->set_run_id(options_.runId);
+    j->set_node_id(options_.nodeId);
+    j->set_local_world_size(options_.localWorldSize);
+    j->set_host(options_.host);
+    j->set_master_port(options_.masterPort);
+    j->set_node_rank(options_.nodeRank);
+    auto* rules = j->mutable_rules();
+    rules->set_min_nodes(options_.rules.minNodes);
+    rules->set_max_nodes(options_.rules.maxNodes);
+    rules->set_max_restarts(options_.rules.maxRestarts);
+    auto ms = [](Micros t) { return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()); };
+    rules->set_join_timeout_ms(ms(options_.rules.joinTimeout));
+    rules->set_last_call_timeout_ms(ms(options_.rules.lastCallTimeout));
+    rules->set_heartbeat_timeout_ms(ms(options_.rules.heartbeatTimeout));
+    write(join);
+    heartbeat_ = std::thread([this] { heartbeatLoop(); });
+
+    pb::ServerMessage msg;
+    while (stream_->Read(&msg)) {
+      if (!handle(msg)) break;
+    }
+    {
+      std::lock_guard<std::mutex> lock(writeMu_);
+      sessionOver_ = true;  // no Write after Finish
+    }
+    grpc::Status status = stream_->Finish();
+    if (!closed_ && !leaving_ && !stopped()) {
+      fail("lost the rendezvous at " + options_.endpoint + ": " +
+           (status.ok() ? std::string("the server closed the session") : status.error_message()));
+    }
+  }
+
+  // Returns false when the session is over.
+  bool handle(const pb::ServerMessage& msg) {
+    switch (msg.kind_case()) {
+      case pb::ServerMessage::kRoundAssigned: {
+        const auto& a = msg.round_assigned();
+        RoundInfo info;
+        info.round = a.round();
+        info.groupRank = a.group_rank();
+        info.groupWorldSize = a.group_world_size();
+        info.rankOffset = a.rank_offset();
+        info.worldSize = a.world_size();
+        info.restartCount = a.restart_count();
+        info.masterAddr = a.master_addr();
+        info.masterPort = a.master_port();
+        info.storeAddr = options_.endpoint;
+        info.storePrefix = a.store_prefix();
+        round_ = info.round;
+        post_([listener = listener_, info] { listener->onRoundReady(info); });
+        return true;
+      }
+      case pb::ServerMessage::kRoundInterrupted: {
+        auto round = msg.round_interrupted().round();
+        auto reason = msg.round_interrupted().reason();
+        post_([listener = listener_, round, reason] { listener->onRoundInterrupted(round, reason); });
+        return true;
+      }
+      case pb::ServerMessage::kJobClosed: {
+        closed_ = true;
+        auto outcome = msg.job_closed().succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
+        auto reason = msg.job_closed().reason();
+        post_([listener = listener_, outcome, reason] { listener->onJobClosed(outcome, reason); });
+        return false;
+      }
+      case pb::ServerMessage::kRejected: {
+        const auto& r = msg.rejected();
+        if (!r.fatal()) {
+          spdlog::warn("rendezvous: {}", r.message());
+          return true;
+        }
+        closed_ = true;
+        fail("the rendezvous refused this node: " + r.message());
+        return false;
+      }
+      default:
+        return true;
+    }
+  }
+
+  void heartbeatLoop() {
+    auto interval = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(options_.rules.heartbeatTimeout) / 4,
+                             std::chrono::milliseconds(20));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      if (cv_.wait_for(lock, interval, [this] { return stopping_; })) break;
+      lock.unlock();
+      pb::AgentMessage msg;
+      msg.mutable_heartbeat()->set_round(round_);
+      write(msg);
+      lock.lock();
+    }
+  }
+
+  void write(const pb::AgentMessage& msg) {
+    std::lock_guard<std::mutex> lock(writeMu_);
+    if (!stream_ || sessionOver_) return;
+    if (!stream_->Write(msg)) spdlog::debug("rendezvous stream closed while writing");
+  }
+
+  void fail(const std::string& reason) {
+    post_([listener = listener_, reason] { listener->onJobClosed(JobOutcome::kFailed, reason); });
+  }
+
+  bool stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopping_;
+  }
+
+  GrpcRendezvousOptions options_;
+  Post post_;
+  RendezvousListener* listener_ = nullptr;
+  grpc::ClientContext context_;
+  std::mutex writeMu_;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::AgentMessage, pb::ServerMessage>> stream_;
+  bool sessionOver_ = false;  // guarded by writeMu_
+  std::atomic<uint64_t> round_{0};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> leaving_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread reader_;
+  std::thread heartbeat_;
+};
+
+GrpcRendezvous::GrpcRendezvous(GrpcRendezvousOptions options, Post post)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(post))) {}
+GrpcRendezvous::~GrpcRendezvous() = default;
+void GrpcRendezvous::join(RendezvousListener* listener) { impl_->join(listener); }
+void GrpcRendezvous::reportWorkerFailure(uint64_t round) { impl_->reportWorkerFailure(round); }
+void GrpcRendezvous::reportSucceeded(uint64_t round) { impl_->reportSucceeded(round); }
+void GrpcRendezvous::leave() { impl_->leave(); }
+
+}  // namespace ddprun

@@ -1,0 +1,487 @@
+#include "rendezvous/rendezvous_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "rendezvous/state_machine.h"
+
+namespace ddprun {
+namespace {
+
+namespace pb = ddprun::v1;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxIdLength = 256;
+
+Micros monotonicNow() {
+  return std::chrono::duration_cast<Micros>(Clock::now().time_since_epoch());
+}
+
+pb::Rejected::Code toProto(RejectCode code) {
+  switch (code) {
+    case RejectCode::kStaleRound: return pb::Rejected::STALE_ROUND;
+    case RejectCode::kDuplicateNode: return pb::Rejected::DUPLICATE_NODE;
+    case RejectCode::kJobClosed: return pb::Rejected::JOB_CLOSED;
+    case RejectCode::kRulesMismatch: return pb::Rejected::RULES_MISMATCH;
+    case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
+    case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
+  }
+  return pb::Rejected::UNSPECIFIED;
+}
+
+std::string storePrefix(const std::string& runId, uint64_t round) {
+  return "/run/" + runId + "/round/" + std::to_string(round) + "/";
+}
+
+pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
+  pb::ServerMessage msg;
+  if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
+    auto* out = msg.mutable_round_assigned();
+    out->set_round(a->round);
+    out->set_group_rank(a->groupRank);
+    out->set_group_world_size(a->groupWorldSize);
+    out->set_rank_offset(a->rankOffset);
+    out->set_world_size(a->worldSize);
+    out->set_restart_count(a->restartCount);
+    out->set_master_addr(a->masterAddr);
+    out->set_master_port(a->masterPort);
+    out->set_store_prefix(storePrefix(runId, a->round));
+  } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
+    msg.mutable_round_interrupted()->set_round(i->round);
+    msg.mutable_round_interrupted()->set_reason(i->reason);
+  } else if (auto* e = std::get_if<JobEnd>(&notice.body)) {
+    msg.mutable_job_closed()->set_succeeded(e->succeeded);
+    msg.mutable_job_closed()->set_reason(e->reason);
+  } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
+    msg.mutable_rejected()->set_code(toProto(r->code));
+    msg.mutable_rejected()->set_message(r->message);
+    msg.mutable_rejected()->set_fatal(r->fatal);
+  }
+  return msg;
+}
+
+pb::ServerMessage rejection(pb::Rejected::Code code, const std::string& message) {
+  pb::ServerMessage msg;
+  msg.mutable_rejected()->set_code(code);
+  msg.mutable_rejected()->set_message(message);
+  msg.mutable_rejected()->set_fatal(true);
+  return msg;
+}
+
+// "ipv4:192.0.2.1:5000" -> "192.0.2.1"; "ipv6:[::1]:5000" -> "::1".
+std::string peerHost(const std::string& peer) {
+  std::string rest = peer.substr(peer.find(':') + 1);
+  if (!rest.empty() && rest[0] == '[') return rest.substr(1, rest.find(']') - 1);
+  auto colon = rest.rfind(':');
+  return colon == std::string::npos ? rest : rest.substr(0, colon);
+}
+
+// Constant-time comparison of the "x-ddprun-token" metadata with the job token.
+bool tokenAuthorized(const grpc::CallbackServerContext& context, const std::string& token) {
+  if (token.empty()) return true;
+  auto range = context.client_metadata().equal_range("x-ddprun-token");
+  if (range.first == range.second) return false;
+  grpc::string_ref given = range.first->second;
+  if (given.size() != token.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(given.data()[i] ^ token[i]);
+  return diff == 0;
+}
+
+std::optional<std::string> validateJoin(const pb::Join& join) {
+  if (join.run_id().empty() || join.run_id().size() > kMaxIdLength) return "run id must be 1-256 bytes";
+  if (join.node_id().empty() || join.node_id().size() > kMaxIdLength) return "node id must be 1-256 bytes";
+  if (join.host().size() > kMaxIdLength) return "host must be at most 256 bytes";
+  return std::nullopt;
+}
+
+RendezvousRules toRules(const pb::JobRules& r) {
+  RendezvousRules rules;
+  rules.minNodes = r.min_nodes();
+  rules.maxNodes = r.max_nodes();
+  rules.maxRestarts = r.max_restarts();
+  rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
+  rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
+  rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
+  return rules;
+}
+
+}  // namespace
+
+// One agent's stream. Messages to it may come from any thread; they are queued and written one at
+// a time, as gRPC requires.
+class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage> {
+ public:
+  SessionReactor(RendezvousService::Impl* impl, std::string peer) : impl_(impl), peerHost_(peerHost(peer)) {}
+
+  void begin(bool authorized);
+  void send(pb::ServerMessage msg, bool finishAfter);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  std::string runId;
+  std::string nodeId;
+  bool joined = false;  // guarded by the service's mutex
+  bool ended = false;   // guarded by the service's mutex
+
+  const std::string& peer() const { return peerHost_; }
+
+ private:
+  void finishLocked(std::unique_lock<std::mutex>& lock, grpc::Status status);
+
+  RendezvousService::Impl* impl_;
+  std::string peerHost_;
+  pb::AgentMessage incoming_;
+  std::mutex mu_;
+  std::deque<pb::ServerMessage> queue_;
+  bool writing_ = false;
+  bool finishRequested_ = false;
+  bool finished_ = false;
+};
+
+class RendezvousService::Impl {
+ public:
+  explicit Impl(RendezvousServiceOptions options) : options_(std::move(options)) {
+    timer_ = std::thread([this] { timerLoop(); });
+  }
+
+  ~Impl() { shutdown(); }
+
+  void shutdown() {
+    std::vector<SessionReactor*> sessions;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+      sessions.assign(sessions_.begin(), sessions_.end());
+      for (SessionReactor* s : sessions) s->send(rejection(pb::Rejected::JOB_CLOSED, "rendezvous server is shutting down"), true);
+    }
+    cv_.notify_all();
+    if (timer_.joinable()) timer_.join();
+  }
+
+  bool authorized(const grpc::CallbackServerContext* context) const { return tokenAuthorized(*context, options_.token); }
+
+  void added(SessionReactor* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.insert(s);
+  }
+
+  // A message from an agent. Returns false when the session must stop reading.
+  bool handle(SessionReactor* s, const pb::AgentMessage& msg) {
+    std::vector<std::pair<std::string, uint64_t>> newRounds;
+    bool keepReading = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || s->ended) return false;
+      if (!s->joined) {
+        keepReading = handleJoin(s, msg, &newRounds);
+      } else {
+        keepReading = handleReport(s, msg, &newRounds);
+      }
+    }
+    announceRounds(newRounds);
+    cv_.notify_all();  // deadlines may have moved
+    return keepReading;
+  }
+
+  // The stream ended (closed, broken or cancelled): the node is gone.
+  void ended(SessionReactor* s, const std::string& reason) {
+    std::vector<std::pair<std::string, uint64_t>> newRounds;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      endLocked(s, reason, &newRounds);
+    }
+    announceRounds(newRounds);
+    cv_.notify_all();
+  }
+
+  void done(SessionReactor* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<std::string, uint64_t>> ignored;
+    endLocked(s, "session finished", &ignored);
+    sessions_.erase(s);
+  }
+
+  bool roundIsCurrent(const std::string& runId, uint64_t round) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(runId);
+    return it != jobs_.end() && it->second.state->isCurrentRound(round);
+  }
+
+ private:
+  struct Job {
+    std::string runId;
+    std::unique_ptr<RendezvousState> state;
+    std::map<std::string, SessionReactor*> sessions;
+  };
+  using RoundList = std::vector<std::pair<std::string, uint64_t>>;
+
+  bool handleJoin(SessionReactor* s, const pb::AgentMessage& msg, RoundList* newRounds) {
+    if (msg.kind_case() != pb::AgentMessage::kJoin) {
+      s->send(rejection(pb::Rejected::NOT_JOINED, "the first message of a session must be Join"), true);
+      return false;
+    }
+    const pb::Join& join = msg.join();
+    if (auto problem = validateJoin(join)) {
+      s->send(rejection(pb::Rejected::MALFORMED, "invalid join: " + *problem), true);
+      return false;
+    }
+    RendezvousRules rules = toRules(join.rules());
+    if (auto problem = RendezvousState::validateRules(rules)) {
+      s->send(rejection(pb::Rejected::MALFORMED, "invalid job rules: " + *problem), true);
+      return false;
+    }
+    Micros now = monotonicNow();
+    auto it = jobs_.find(join.run_id());
+    if (it != jobs_.end() && it->second.state->phase() == RendezvousState::Phase::kClosed &&
+        it->second.sessions.empty()) {
+      jobs_.erase(it);  // a finished job of the same id: this is a new run
+      it = jobs_.end();
+    }
+    if (it == jobs_.end()) {
+      it = jobs_.emplace(join.run_id(), Job{join.run_id(), std::make_unique<RendezvousState>(join.run_id(), rules, now), {}}).first;
+      spdlog::info("job '{}': {}..{} nodes, max_restarts {}", join.run_id(), rules.minNodes, rules.maxNodes,
+                   rules.maxRestarts);
+    } else if (!(it->second.state->rules() == rules)) {
+      s->send(rejection(pb::Rejected::RULES_MISMATCH,
+                        "job '" + join.run_id() + "' runs with different --nnodes/--max_restarts/timeouts than this node"),
+              true);
+      return false;
+    }
+    Job& job = it->second;
+    NodeInfo node;
+    node.nodeId = join.node_id();
+    node.localWorldSize = join.local_world_size();
+    node.host = join.host().empty() ? s->peer() : join.host();
+    node.masterPort = join.master_port();
+    node.nodeRank = join.node_rank();
+    node.lastRound = join.last_round();
+    auto notices = job.state->join(node, now);
+    // A join's own rejection goes to this stream: the node id may belong to another live session.
+    for (auto n = notices.begin(); n != notices.end();) {
+      if (n->nodeId == node.nodeId && std::holds_alternative<Rejection>(n->body)) {
+        s->send(toProto(join.run_id(), *n), true);
+        return false;
+      }
+      ++n;
+    }
+    s->runId = join.run_id();
+    s->nodeId = node.nodeId;
+    s->joined = true;
+    job.sessions[node.nodeId] = s;
+    spdlog::info("job '{}': node {} joined ({} workers)", s->runId, s->nodeId, node.localWorldSize);
+    dispatch(job, notices, newRounds);
+    return true;
+  }
+
+  bool handleReport(SessionReactor* s, const pb::AgentMessage& msg, RoundList* newRounds) {
+    auto it = jobs_.find(s->runId);
+    if (it == jobs_.end()) return false;
+    Job& job = it->second;
+    Micros now = monotonicNow();
+    std::vector<Notice> notices;
+    switch (msg.kind_case()) {
+      case pb::AgentMessage::kHeartbeat:
+        notices = job.state->heartbeat(s->nodeId, now);
+        break;
+      case pb::AgentMessage::kWorkerFailed:
+        spdlog::info("job '{}': node {} reports a failed worker (rank {}) in round {}", s->runId, s->nodeId,
+                     msg.worker_failed().rank(), msg.worker_failed().round());
+        notices = job.state->workerFailed(s->nodeId, msg.worker_failed().round(), now);
+        break;
+      case pb::AgentMessage::kSucceeded:
+        notices = job.state->succeeded(s->nodeId, msg.succeeded().round(), now);
+        break;
+      case pb::AgentMessage::kLeave:
+        endLocked(s, "left: " + msg.leave().reason().substr(0, kMaxIdLength), newRounds);
+        s->send(pb::ServerMessage(), true);  // an empty message closes the stream for the agent
+        return false;
+      case pb::AgentMessage::kJoin:
+        s->send(rejection(pb::Rejected::MALFORMED, "Join sent twice on one session"), true);
+        endLocked(s, "protocol error", newRounds);
+        return false;
+      default:
+        s->send(rejection(pb::Rejected::MALFORMED, "empty or unknown message"), true);
+        endLocked(s, "protocol error", newRounds);
+        return false;
+    }
+    dispatch(job, notices, newRounds);
+    return !s->ended;
+  }
+
+  void endLocked(SessionReactor* s, const std::string& reason, RoundList* newRounds) {
+    if (s->ended) return;
+    s->ended = true;
+    if (!s->joined) return;
+    auto it = jobs_.find(s->runId);
+    if (it == jobs_.end()) return;
+    Job& job = it->second;
+    auto session = job.sessions.find(s->nodeId);
+    if (session == job.sessions.end() || session->second != s) return;
+    job.sessions.erase(session);
+    spdlog::info("job '{}': node {} is gone ({})", s->runId, s->nodeId, reason);
+    auto notices = job.state->leave(s->nodeId, reason, monotonicNow());
+    dispatch(job, notices, newRounds);
+  }
+
+  // Pushes notices to their sessions; a fatal rejection or the end of the job closes the stream.
+  void dispatch(Job& job, const std::vector<Notice>& notices, RoundList* newRounds) {
+    for (const auto& notice : notices) {
+      auto target = job.sessions.find(notice.nodeId);
+      if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
+        std::pair<std::string, uint64_t> round(job.runId, a->round);
+        if (newRounds->empty() || newRounds->back() != round) newRounds->push_back(round);
+      }
+      if (target == job.sessions.end()) continue;
+      bool closes = std::holds_alternative<JobEnd>(notice.body) ||
+                    (std::holds_alternative<Rejection>(notice.body) && std::get<Rejection>(notice.body).fatal);
+      target->second->send(toProto(job.runId, notice), closes);
+    }
+  }
+
+  void announceRounds(const RoundList& rounds) {
+    if (!options_.onNewRound) return;
+    for (const auto& [runId, round] : rounds) options_.onNewRound(runId, round);
+  }
+
+  // Applies deadlines; sleeps until the next one or until an event changes them.
+  void timerLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      std::optional<Micros> next;
+      for (auto& [id, job] : jobs_) {
+        auto d = job.state->nextDeadline();
+        if (d && (!next || *d < *next)) next = d;
+      }
+      if (next) {
+        cv_.wait_until(lock, Clock::time_point(std::chrono::duration_cast<Clock::duration>(*next)));
+      } else {
+        cv_.wait_for(lock, std::chrono::seconds(60));
+      }
+      if (stopping_) break;
+      Micros now = monotonicNow();
+      RoundList newRounds;
+      for (auto it = jobs_.begin(); it != jobs_.end();) {
+        Job& job = it->second;
+        auto d = job.state->nextDeadline();
+        if (d && *d <= now) dispatch(job, job.state->tick(now), &newRounds);
+        bool finished = job.state->phase() == RendezvousState::Phase::kClosed && job.sessions.empty();
+        it = finished ? jobs_.erase(it) : std::next(it);
+      }
+      if (!newRounds.empty()) {
+        lock.unlock();
+        announceRounds(newRounds);
+        lock.lock();
+      }
+    }
+  }
+
+  RendezvousServiceOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Job> jobs_;
+  std::set<SessionReactor*> sessions_;
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+void SessionReactor::begin(bool authorized) {
+  impl_->added(this);
+  if (!authorized) {
+    std::unique_lock<std::mutex> lock(mu_);
+    finishLocked(lock, grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid job token"));
+    return;
+  }
+  StartRead(&incoming_);
+}
+
+void SessionReactor::send(pb::ServerMessage msg, bool finishAfter) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (finished_ || finishRequested_) return;
+  bool closeOnly = msg.kind_case() == pb::ServerMessage::KIND_NOT_SET;
+  if (!closeOnly) queue_.push_back(std::move(msg));
+  if (finishAfter) finishRequested_ = true;
+  if (writing_) return;
+  if (!queue_.empty()) {
+    writing_ = true;
+    const pb::ServerMessage* next = &queue_.front();
+    lock.unlock();
+    StartWrite(next);
+    return;
+  }
+  if (finishRequested_) finishLocked(lock, grpc::Status::OK);
+}
+
+void SessionReactor::OnWriteDone(bool ok) {
+  std::unique_lock<std::mutex> lock(mu_);
+  queue_.pop_front();
+  writing_ = false;
+  if (!ok) {
+    queue_.clear();
+    finishLocked(lock, grpc::Status::OK);
+    return;
+  }
+  if (!queue_.empty()) {
+    writing_ = true;
+    const pb::ServerMessage* next = &queue_.front();
+    lock.unlock();
+    StartWrite(next);
+    return;
+  }
+  if (finishRequested_) finishLocked(lock, grpc::Status::OK);
+}
+
+void SessionReactor::finishLocked(std::unique_lock<std::mutex>& lock, grpc::Status status) {
+  if (finished_) return;
+  finished_ = true;
+  lock.unlock();
+  Finish(std::move(status));
+}
+
+void SessionReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    impl_->ended(this, "connection closed");
+    send(pb::ServerMessage(), true);
+    return;
+  }
+  if (impl_->handle(this, incoming_)) StartRead(&incoming_);
+}
+
+void SessionReactor::OnCancel() {
+  impl_->ended(this, "connection lost");
+  send(pb::ServerMessage(), true);  // even a cancelled RPC must be finished
+}
+
+void SessionReactor::OnDone() {
+  impl_->done(this);
+  delete this;
+}
+
+RendezvousService::RendezvousService(RendezvousServiceOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+RendezvousService::~RendezvousService() = default;
+
+grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>* RendezvousService::Session(
+    grpc::CallbackServerContext* context) {
+  auto* reactor = new SessionReactor(impl_.get(), context->peer());
+  reactor->begin(impl_->authorized(context));
+  return reactor;
+}
+
+bool RendezvousService::roundIsCurrent(const std::string& runId, uint64_t round) const {
+  return impl_->roundIsCurrent(runId, round);
+}
+
+void RendezvousService::shutdown() { impl_->shutdown(); }
+
+}  // namespace ddprun

@@ -1,0 +1,42 @@
+// The gRPC side of the rendezvous: one RendezvousState per run id, one bidirectional Session
+// stream per agent, and a timer thread for the deadlines (last call, join timeout, heartbeats).
+// Notices are pushed to agents as soon as an event produces them: no agent ever polls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+
+namespace ddprun {
+
+struct RendezvousServiceOptions {
+  std::string token;  // empty: unauthenticated
+  // Called (outside any lock) when a run starts a new round, so the store can drop older rounds.
+  std::function<void(const std::string& runId, uint64_t round)> onNewRound;
+};
+
+class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
+ public:
+  explicit RendezvousService(RendezvousServiceOptions options);
+  ~RendezvousService() override;
+
+  grpc::ServerBidiReactor<ddprun::v1::AgentMessage, ddprun::v1::ServerMessage>* Session(
+      grpc::CallbackServerContext* context) override;
+
+  // For the store: is `round` the running round of `runId`?
+  bool roundIsCurrent(const std::string& runId, uint64_t round) const;
+  // Ends every session (agents see the stream close) and stops the timer; call before the
+  // grpc::Server shuts down.
+  void shutdown();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,308 @@
+#include "rendezvous/state_machine.h"
+
+#include <algorithm>
+
+namespace ddprun {
+namespace {
+
+std::string seconds(Micros t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t).count();
+  return std::to_string(ms / 1000) + "." + std::to_string((ms % 1000) / 100) + "s";
+}
+
+Notice reject(const std::string& nodeId, RejectCode code, std::string message, bool fatal) {
+  return Notice{nodeId, Rejection{code, std::move(message), fatal}};
+}
+
+}  // namespace
+
+std::optional<std::string> RendezvousState::validateRules(const RendezvousRules& r) {
+  if (r.minNodes < 1 || r.maxNodes < r.minNodes || r.maxNodes > 100000) return "node counts must satisfy 1 <= min <= max";
+  if (r.maxRestarts < 0) return "max_restarts must not be negative";
+  if (r.joinTimeout.count() <= 0 || r.heartbeatTimeout.count() <= 0 || r.lastCallTimeout.count() < 0) {
+    return "timeouts must be positive";
+  }
+  return std::nullopt;
+}
+
+RendezvousState::RendezvousState(std::string runId, RendezvousRules rules, Micros now)
+    : runId_(std::move(runId)), rules_(rules) {
+  beginGathering(now, false);
+}
+
+void RendezvousState::beginGathering(Micros now, bool closeAtOnce) {
+  phase_ = Phase::kGathering;
+  closeAtOnce_ = closeAtOnce;
+  joinDeadline_ = now + rules_.joinTimeout;
+  lastCallDeadline_.reset();
+}
+
+std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
+  std::vector<Notice> out;
+  if (phase_ == Phase::kClosed) {
+    out.push_back(reject(node.nodeId, RejectCode::kJobClosed, "job '" + runId_ + "' is already over", true));
+    return out;
+  }
+  if (node.nodeId.empty() || node.localWorldSize < 1 || node.localWorldSize > 1024 || node.nodeRank < -1 ||
+      node.nodeRank >= rules_.maxNodes || node.masterPort < 0 || node.masterPort > 65535) {
+    out.push_back(reject(node.nodeId, RejectCode::kMalformed,
+                         "invalid join: node id, local world size (1-1024), node rank (< max nodes) or port out of range",
+                         true));
+    return out;
+  }
+  if (node.lastRound > round_) {
+    // The agent ran in a round this state never had: the server lost its state (restarted).
+    out.push_back(reject(node.nodeId, RejectCode::kStaleRound,
+                         "stale round: this rendezvous has no round " + std::to_string(node.lastRound) +
+                             " (the rendezvous server restarted; the job cannot continue)",
+                         true));
+    return out;
+  }
+  if (nodes_.count(node.nodeId)) {
+    out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode, "node id '" + node.nodeId + "' is already in the job", true));
+    return out;
+  }
+  if (node.nodeRank >= 0) {
+    for (const auto& [id, other] : nodes_) {
+      if (other.info.nodeRank == node.nodeRank) {
+        out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode,
+                             "node rank " + std::to_string(node.nodeRank) + " is already taken by " + id, true));
+        return out;
+      }
+    }
+  }
+  Node& added = nodes_[node.nodeId];
+  added.info = node;
+  added.lastSeen = now;
+  added.joinSeq = nextJoinSeq_++;
+
+  if (phase_ == Phase::kGathering) {
+    maybeCloseGathering(now, &out);
+  } else if (phase_ == Phase::kRunning && static_cast<int>(members_.size()) < rules_.maxNodes) {
+    interruptRound("node " + node.nodeId + " joined", &out);
+    beginGathering(now, true);
+    maybeCloseGathering(now, &out);
+  }
+  // Otherwise the round is full: the node stands by until a member leaves.
+  return out;
+}
+
+std::vector<Notice> RendezvousState::heartbeat(const std::string& nodeId, Micros now) {
+  std::vector<Notice> out;
+  auto it = nodes_.find(nodeId);
+  if (it == nodes_.end()) {
+    out.push_back(reject(nodeId, RejectCode::kNotJoined, "heartbeat from a node that is not in the job", true));
+    return out;
+  }
+  it->second.lastSeen = now;
+  return out;
+}
+
+std::optional<Rejection> RendezvousState::checkReport(const std::string& nodeId, uint64_t round) const {
+  auto it = nodes_.find(nodeId);
+  if (it == nodes_.end()) return Rejection{RejectCode::kNotJoined, "report from a node that is not in the job", true};
+  if (phase_ != Phase::kRunning || round != round_ || it->second.groupRank < 0) {
+    return Rejection{RejectCode::kStaleRound,
+                     "stale round: round " + std::to_string(round) + " is not running (current round " +
+                         std::to_string(round_) + ")",
+                     false};
+  }
+  return std::nullopt;
+}
+
+std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uint64_t round, Micros now) {
+  std::vector<Notice> out;
+  if (auto rejection = checkReport(nodeId, round)) {
+    out.push_back(Notice{nodeId, *rejection});
+    return out;
+  }
+  nodes_[nodeId].lastSeen = now;
+  if (restartCount_ >= rules_.maxRestarts) {
+    closeJob(false,
+             "a worker on node " + nodeId + " failed and " +
+                 (rules_.maxRestarts == 0 ? std::string("restarts are off (--max_restarts=0)")
+                                          : "the restart budget (" + std::to_string(rules_.maxRestarts) + ") is spent"),
+             &out);
+    return out;
+  }
+  ++restartCount_;
+  interruptRound("a worker on node " + nodeId + " failed (restart " + std::to_string(restartCount_) + " of " +
+                     std::to_string(rules_.maxRestarts) + ")",
+                 &out);
+  beginGathering(now, true);
+  maybeCloseGathering(now, &out);
+  return out;
+}
+
+std::vector<Notice> RendezvousState::succeeded(const std::string& nodeId, uint64_t round, Micros now) {
+  std::vector<Notice> out;
+  if (auto rejection = checkReport(nodeId, round)) {
+    out.push_back(Notice{nodeId, *rejection});
+    return out;
+  }
+  Node& node = nodes_[nodeId];
+  node.lastSeen = now;
+  node.succeeded = true;
+  checkBarrier(&out);
+  return out;
+}
+
+void RendezvousState::checkBarrier(std::vector<Notice>* out) {
+  if (phase_ != Phase::kRunning) return;
+  for (const auto& id : members_) {
+    auto it = nodes_.find(id);
+    bool done = it != nodes_.end() ? it->second.succeeded
+                                   : std::count(departedSucceeded_.begin(), departedSucceeded_.end(), id) > 0;
+    if (!done) return;
+  }
+  closeJob(true, "every node's workers succeeded", out);
+}
+
+std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std::string& reason, Micros now) {
+  std::vector<Notice> out;
+  removeNode(nodeId, reason, now, &out);
+  return out;
+}
+
+void RendezvousState::removeNode(const std::string& nodeId, const std::string& reason, Micros now,
+                                 std::vector<Notice>* out) {
+  auto it = nodes_.find(nodeId);
+  if (it == nodes_.end()) return;
+  bool wasMember = it->second.groupRank >= 0;
+  bool hadSucceeded = it->second.succeeded;
+  nodes_.erase(it);
+  if (phase_ == Phase::kClosed) return;
+  if (phase_ == Phase::kRunning && wasMember) {
+    if (hadSucceeded) {
+      // Its workers are done; the others still run toward the exit barrier.
+      departedSucceeded_.push_back(nodeId);
+      return;
+    }
+    interruptRound("node " + nodeId + " left: " + reason, out);
+    beginGathering(now, true);
+  }
+  if (phase_ == Phase::kGathering) maybeCloseGathering(now, out);
+}
+
+std::vector<Notice> RendezvousState::tick(Micros now) {
+  std::vector<Notice> out;
+  if (phase_ == Phase::kClosed) return out;
+  std::vector<std::string> silent;
+  for (const auto& [id, node] : nodes_) {
+    if (now - node.lastSeen > rules_.heartbeatTimeout) silent.push_back(id);
+  }
+  for (const auto& id : silent) {
+    removeNode(id, "no heartbeat for " + seconds(rules_.heartbeatTimeout), now, &out);
+    if (phase_ == Phase::kClosed) return out;
+  }
+  if (phase_ != Phase::kGathering) return out;
+  if (lastCallDeadline_ && now >= *lastCallDeadline_) {
+    closeRound(&out);
+  } else if (static_cast<int>(nodes_.size()) < rules_.minNodes && now >= joinDeadline_) {
+    closeJob(false,
+             "only " + std::to_string(nodes_.size()) + " of at least " + std::to_string(rules_.minNodes) +
+                 " nodes joined within the join timeout (" + seconds(rules_.joinTimeout) + ")",
+             &out);
+  }
+  return out;
+}
+
+std::optional<Micros> RendezvousState::nextDeadline() const {
+  if (phase_ == Phase::kClosed) return std::nullopt;
+  std::optional<Micros> next;
+  auto consider = [&](Micros t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [id, node] : nodes_) consider(node.lastSeen + rules_.heartbeatTimeout + Micros(1));
+  if (phase_ == Phase::kGathering) {
+    if (lastCallDeadline_) consider(*lastCallDeadline_);
+    if (static_cast<int>(nodes_.size()) < rules_.minNodes) consider(joinDeadline_);
+  }
+  return next;
+}
+
+void RendezvousState::maybeCloseGathering(Micros now, std::vector<Notice>* out) {
+  int present = static_cast<int>(nodes_.size());
+  if (present >= rules_.maxNodes || (closeAtOnce_ && present >= rules_.minNodes)) {
+    closeRound(out);
+  } else if (present >= rules_.minNodes) {
+    if (!lastCallDeadline_) lastCallDeadline_ = now + rules_.lastCallTimeout;
+  } else {
+    lastCallDeadline_.reset();  // fell below min again: wait for joins, bounded by join_timeout
+  }
+}
+
+void RendezvousState::closeRound(std::vector<Notice>* out) {
+  // Candidates: static ranks first, then previous members by their old rank, then newcomers in
+  // join order. The first maxNodes of them form the round.
+  std::vector<Node*> candidates;
+  for (auto& [id, node] : nodes_) candidates.push_back(&node);
+  auto key = [](const Node* n) {
+    int cls = n->info.nodeRank >= 0 ? 0 : (n->groupRank >= 0 ? 1 : 2);
+    int order = cls == 0 ? n->info.nodeRank : (cls == 1 ? n->groupRank : 0);
+    return std::tuple(cls, order, n->joinSeq);
+  };
+  std::sort(candidates.begin(), candidates.end(), [&](const Node* a, const Node* b) { return key(a) < key(b); });
+  if (static_cast<int>(candidates.size()) > rules_.maxNodes) candidates.resize(rules_.maxNodes);
+  const int size = static_cast<int>(candidates.size());
+
+  // Slots: a static rank, or the previous rank when it still fits, is kept; the rest fill holes.
+  std::vector<Node*> slots(size, nullptr);
+  std::vector<Node*> unplaced;
+  for (Node* n : candidates) {
+    int wanted = n->info.nodeRank >= 0 ? n->info.nodeRank : n->groupRank;
+    if (wanted >= 0 && wanted < size && !slots[wanted]) {
+      slots[wanted] = n;
+    } else {
+      unplaced.push_back(n);
+    }
+  }
+  size_t next = 0;
+  for (auto& slot : slots) {
+    if (!slot) slot = unplaced[next++];
+  }
+
+  for (auto& [id, node] : nodes_) {
+    node.groupRank = -1;
+    node.succeeded = false;
+  }
+  ++round_;
+  phase_ = Phase::kRunning;
+  lastCallDeadline_.reset();
+  departedSucceeded_.clear();
+  members_.clear();
+  int worldSize = 0;
+  for (Node* n : slots) worldSize += n->info.localWorldSize;
+  const Node* master = slots[0];
+  int offset = 0;
+  for (int rank = 0; rank < size; ++rank) {
+    Node* n = slots[rank];
+    n->groupRank = rank;
+    members_.push_back(n->info.nodeId);
+    RoundAssignment a;
+    a.round = round_;
+    a.groupRank = rank;
+    a.groupWorldSize = size;
+    a.rankOffset = offset;
+    a.worldSize = worldSize;
+    a.restartCount = restartCount_;
+    a.masterAddr = master->info.host;
+    a.masterPort = master->info.masterPort;
+    out->push_back(Notice{n->info.nodeId, a});
+    offset += n->info.localWorldSize;
+  }
+}
+
+void RendezvousState::interruptRound(const std::string& reason, std::vector<Notice>* out) {
+  if (phase_ != Phase::kRunning) return;
+  for (const auto& id : members_) {
+    if (nodes_.count(id)) out->push_back(Notice{id, RoundInterruption{round_, reason}});
+  }
+}
+
+void RendezvousState::closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out) {
+  phase_ = Phase::kClosed;
+  for (const auto& [id, node] : nodes_) out->push_back(Notice{id, JobEnd{succeeded, reason}});
+}
+
+}  // namespace ddprun

@@ -1,0 +1,150 @@
+// The rules of a multi-node job, as a pure state machine: no I/O, no threads, no clock of its own.
+// Every event takes the current time (microseconds on the server's monotonic clock) and returns
+// the notices to push to agents. The gRPC server owns one RendezvousState per run id; unit tests
+// drive it with a fake clock.
+//
+// Rules (DESIGN.md, "Rendezvous"):
+// - A round closes at once when max nodes are in, or last_call_timeout after min nodes joined;
+//   join_timeout bounds the wait for min.
+// - A node joining a running round that has room makes the round restart, including it. A round
+//   that follows an interruption closes at once with whoever is there (if min holds): nobody else
+//   is expected, so no last call.
+// - A node that leaves (stream gone, no heartbeat within heartbeat_timeout, or a signal) makes the
+//   survivors restart into a new round if min still holds; else they wait up to join_timeout.
+// - Worker failures spend ONE global restart budget; membership changes do not.
+// - Group ranks are deterministic and stable: survivors keep theirs where possible; a static
+//   node_rank is the group rank.
+// - The round number is a fencing token: reports naming an older round are refused.
+// - The job succeeds when every member of the round reported success (exit barrier), and fails
+//   when the budget is spent or min nodes never gathered.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ddprun {
+
+using Micros = std::chrono::microseconds;
+
+struct RendezvousRules {
+  int minNodes = 1;
+  int maxNodes = 1;
+  int maxRestarts = 0;
+  Micros joinTimeout = std::chrono::seconds(600);
+  Micros lastCallTimeout = std::chrono::seconds(30);
+  Micros heartbeatTimeout = std::chrono::seconds(5);
+
+  bool operator==(const RendezvousRules&) const = default;
+};
+
+struct NodeInfo {
+  std::string nodeId;
+  int localWorldSize = 1;
+  std::string host;       // MASTER_ADDR when this node holds group rank 0
+  int masterPort = 0;     // free port on this node for rank 0's store
+  int nodeRank = -1;      // static group rank, -1 when elastic
+  uint64_t lastRound = 0; // the round this node last ran in, 0 for a fresh agent
+};
+
+struct RoundAssignment {
+  uint64_t round = 0;
+  int groupRank = 0;
+  int groupWorldSize = 0;
+  int rankOffset = 0;
+  int worldSize = 0;
+  int restartCount = 0;
+  std::string masterAddr;
+  int masterPort = 0;
+};
+
+struct RoundInterruption {
+  uint64_t round = 0;
+  std::string reason;
+};
+
+struct JobEnd {
+  bool succeeded = false;
+  std::string reason;
+};
+
+enum class RejectCode { kStaleRound, kDuplicateNode, kJobClosed, kRulesMismatch, kMalformed, kNotJoined };
+
+struct Rejection {
+  RejectCode code;
+  std::string message;
+  bool fatal = false;  // the agent's session ends
+};
+
+// One message for one node.
+struct Notice {
+  std::string nodeId;
+  std::variant<RoundAssignment, RoundInterruption, JobEnd, Rejection> body;
+};
+
+class RendezvousState {
+ public:
+  enum class Phase { kGathering, kRunning, kClosed };
+
+  RendezvousState(std::string runId, RendezvousRules rules, Micros now);
+
+  std::vector<Notice> join(const NodeInfo& node, Micros now);
+  std::vector<Notice> heartbeat(const std::string& nodeId, Micros now);
+  std::vector<Notice> workerFailed(const std::string& nodeId, uint64_t round, Micros now);
+  std::vector<Notice> succeeded(const std::string& nodeId, uint64_t round, Micros now);
+  // The node is gone: it said so, its stream ended, or it was stopped by a signal.
+  std::vector<Notice> leave(const std::string& nodeId, const std::string& reason, Micros now);
+  // Applies every deadline that has passed: last call, join timeout, missed heartbeats.
+  std::vector<Notice> tick(Micros now);
+  // When tick() has work next, if ever.
+  std::optional<Micros> nextDeadline() const;
+
+  const RendezvousRules& rules() const { return rules_; }
+  Phase phase() const { return phase_; }
+  uint64_t round() const { return round_; }
+  int restartCount() const { return restartCount_; }
+  bool isCurrentRound(uint64_t round) const { return phase_ == Phase::kRunning && round == round_; }
+  bool hasNode(const std::string& nodeId) const { return nodes_.count(nodeId) != 0; }
+  // Members of the running (or last) round, by group rank.
+  const std::vector<std::string>& members() const { return members_; }
+
+  // Rules that a Join may carry; nullopt when valid, else the reason.
+  static std::optional<std::string> validateRules(const RendezvousRules& rules);
+
+ private:
+  struct Node {
+    NodeInfo info;
+    Micros lastSeen{0};
+    uint64_t joinSeq = 0;
+    int groupRank = -1;     // in the running round; -1 for standby nodes
+    bool succeeded = false;
+  };
+
+  void beginGathering(Micros now, bool closeAtOnce);
+  void maybeCloseGathering(Micros now, std::vector<Notice>* out);
+  void closeRound(std::vector<Notice>* out);
+  void interruptRound(const std::string& reason, std::vector<Notice>* out);
+  void closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out);
+  void removeNode(const std::string& nodeId, const std::string& reason, Micros now, std::vector<Notice>* out);
+  std::optional<Rejection> checkReport(const std::string& nodeId, uint64_t round) const;
+  void checkBarrier(std::vector<Notice>* out);
+
+  std::string runId_;
+  RendezvousRules rules_;
+  Phase phase_ = Phase::kGathering;
+  std::map<std::string, Node> nodes_;
+  std::vector<std::string> members_;
+  std::vector<std::string> departedSucceeded_;  // members that succeeded, then went away
+  uint64_t round_ = 0;
+  int restartCount_ = 0;
+  uint64_t nextJoinSeq_ = 0;
+  bool closeAtOnce_ = false;
+  Micros joinDeadline_{0};
+  std::optional<Micros> lastCallDeadline_;
+};
+
+}  // namespace ddprun
