@@ -2,7 +2,12 @@
 
 #include <signal.h>
 
+#include <netdb.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <set>
+#include <tuple>
 #include <cstring>
 #include <cstdlib>
 #include <iostream>
@@ -13,6 +18,7 @@
 #include "common/strings.h"
 #include "launcher/nproc.h"
 #include "launcher/program.h"
+#include "rendezvous/rendezvous_server.h"
 
 namespace ddprun {
 namespace {
@@ -102,6 +108,53 @@ std::vector<int> parseSignals(const std::string& value) {
     sigs.push_back(sig);
   }
   return sigs;
+}
+
+constexpr int kDefaultRendezvousPort = 29400;
+
+// torchrun's --rdzv_conf keys; the ones that only tune torchrun's own store are accepted and ignored.
+void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
+  static const std::set<std::string> ignored = {"close_timeout", "timeout", "read_timeout", "keep_alive_interval",
+                                                "keep_alive_max_attempt", "store_type", "use_libuv"};
+  for (const auto& item : split(text, ',')) {
+    if (trim(item).empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw ConfigError("--rdzv_conf '" + text + "': expected KEY=VALUE pairs");
+    std::string key(trim(item.substr(0, eq)));
+    std::string value(trim(item.substr(eq + 1)));
+    if (key == "join_timeout") {
+      cfg.joinTimeoutSeconds = parseSecondsFlag("--rdzv_conf join_timeout", value);
+    } else if (key == "last_call_timeout") {
+      cfg.lastCallTimeoutSeconds = parseSecondsFlag("--rdzv_conf last_call_timeout", value);
+    } else if (key == "heartbeat_timeout") {
+      cfg.heartbeatTimeoutSeconds = parseSecondsFlag("--rdzv_conf heartbeat_timeout", value);
+    } else if (key == "is_host") {
+      std::string v = value;
+      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (v == "1" || v == "true" || v == "yes") cfg.isHost = true;
+      else if (v == "0" || v == "false" || v == "no") cfg.isHost = false;
+      else throw ConfigError("--rdzv_conf is_host '" + value + "': expected 1/0, true/false");
+    } else if (key == "token_file") {
+      if (::access(value.c_str(), R_OK) != 0) throw ConfigError("--rdzv_conf token_file '" + value + "': not readable");
+      cfg.tokenFile = value;
+    } else if (!ignored.count(key)) {
+      throw ConfigError("--rdzv_conf: unknown key '" + key +
+                        "' (known: join_timeout, last_call_timeout, heartbeat_timeout, is_host, token_file)");
+    }
+  }
+  if (cfg.joinTimeoutSeconds <= 0 || cfg.heartbeatTimeoutSeconds <= 0) {
+    throw ConfigError("--rdzv_conf: join_timeout and heartbeat_timeout must be positive");
+  }
+}
+
+// Fails fast (exit 2) on an endpoint host that does not resolve, naming it.
+void checkResolvable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* results = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &results);
+  if (rc != 0) throw ConfigError("rendezvous host '" + host + "' does not resolve: " + ::gai_strerror(rc));
+  ::freeaddrinfo(results);
 }
 
 std::string randomRunId() {
@@ -216,10 +269,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     if (cfg.rdzvBackend != "static" && cfg.rdzvBackend != "grpc") {
       throw ConfigError("--rdzv_backend '" + cfg.rdzvBackend + "': expected static, grpc or c10d");
     }
-    if (cfg.maxNodes > 1 && !cfg.standalone) {
-      throw ConfigError("--nnodes " + raw.nnodes +
-                        ": multi-node jobs need the gRPC rendezvous, which is not in this version of ddprun yet");
-    }
+    parseRendezvousConf(cfg.rdzvConf, cfg);
     if (cfg.standalone) {
       // As torchrun: one node, a rendezvous of its own, a fresh id and port.
       cfg.minNodes = cfg.maxNodes = 1;
@@ -228,7 +278,26 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     } else {
       cfg.runId = raw.runId.empty() ? "none" : raw.runId;
     }
-    if (!cfg.localAddr.empty()) cfg.masterAddr = cfg.localAddr;
+    if (!cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.maxNodes > 1)) {
+      cfg.multiNode = true;
+      if (cfg.rdzvBackend == "grpc") {
+        if (cfg.rdzvEndpoint.empty()) {
+          throw ConfigError("--rdzv_backend=" + cfg.rdzvBackend + " needs --rdzv_endpoint HOST[:PORT]");
+        }
+        std::tie(cfg.endpointHost, cfg.endpointPort) = parseEndpoint(cfg.rdzvEndpoint, kDefaultRendezvousPort);
+      } else {
+        // Static: node 0 hosts the rendezvous at --master_addr:--master_port, group rank = node rank.
+        cfg.endpointHost = cfg.masterAddr;
+        cfg.endpointPort = cfg.masterPort;
+        cfg.isHost = cfg.nodeRank == 0;
+        if (cfg.minNodes != cfg.maxNodes) {
+          throw ConfigError("--nnodes " + raw.nnodes + ": an elastic range needs --rdzv_backend=grpc (or c10d)");
+        }
+      }
+      checkResolvable(cfg.endpointHost);
+    } else if (!cfg.localAddr.empty()) {
+      cfg.masterAddr = cfg.localAddr;
+    }
 
     auto program = resolveProgram(cfg.program, cfg.programArgs, cfg.module, cfg.noPython,
                                   envOr("PYTHON_EXEC", "python3"), envOr("PATH", "/usr/bin:/bin"));

@@ -28,6 +28,16 @@ struct LaunchConfig {
   int masterPort = 29500;
   bool masterPortGiven = false;
   std::string localAddr;
+  // From --rdzv_conf (seconds), as torchrun's keys.
+  double joinTimeoutSeconds = 600;
+  double lastCallTimeoutSeconds = 30;
+  double heartbeatTimeoutSeconds = 5;
+  std::optional<bool> isHost;          // unset: host when the endpoint is a free local address
+  std::string tokenFile;               // else DDPRUN_RDZV_TOKEN
+  // Multi-node: the gRPC rendezvous at endpointHost:endpointPort. Single node: a local one.
+  bool multiNode = false;
+  std::string endpointHost;
+  int endpointPort = 0;
 
   // Supervision
   int maxRestarts = 0;

@@ -210,6 +210,12 @@ class RendezvousService::Impl {
     std::vector<std::pair<std::string, uint64_t>> ignored;
     endLocked(s, "session finished", &ignored);
     sessions_.erase(s);
+    idleCv_.notify_all();
+  }
+
+  bool waitIdle(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return idleCv_.wait_for(lock, timeout, [this] { return sessions_.empty(); });
   }
 
   bool roundIsCurrent(const std::string& runId, uint64_t round) const {
@@ -389,6 +395,7 @@ class RendezvousService::Impl {
   RendezvousServiceOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable idleCv_;
   std::map<std::string, Job> jobs_;
   std::set<SessionReactor*> sessions_;
   bool stopping_ = false;
@@ -483,5 +490,7 @@ bool RendezvousService::roundIsCurrent(const std::string& runId, uint64_t round)
 }
 
 void RendezvousService::shutdown() { impl_->shutdown(); }
+
+bool RendezvousService::waitIdle(std::chrono::milliseconds timeout) { return impl_->waitIdle(timeout); }
 
 }  // namespace ddprun

@@ -29,6 +29,9 @@ class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
 
   // For the store: is `round` the running round of `runId`?
   bool roundIsCurrent(const std::string& runId, uint64_t round) const;
+  // Waits until no agent session is open, or until `timeout` passed. An agent hosting the server
+  // calls it before exiting, so that the others read the job's end before the server goes away.
+  bool waitIdle(std::chrono::milliseconds timeout);
   // Ends every session (agents see the stream close) and stops the timer; call before the
   // grpc::Server shuts down.
   void shutdown();

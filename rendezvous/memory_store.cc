@@ -1,0 +1,347 @@
+#include "rendezvous/memory_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <exception>
+
+#include "common/error.h"
+
+namespace ddprun {
+
+namespace {
+
+std::string describe(const StoreScope& scope, const std::string& key) {
+  return "/run/" + scope.runId + "/round/" + std::to_string(scope.round) + "/" + key;
+}
+
+void validateScope(const StoreScope& scope) {
+  if (scope.runId.size() > MemoryStore::kMaxKeyBytes) {
+    throw ConfigError("store run id is " + std::to_string(scope.runId.size()) + " bytes, more than " +
+                      std::to_string(MemoryStore::kMaxKeyBytes));
+  }
+}
+
+void validateKeys(const std::vector<std::string>& keys) {
+  for (const auto& key : keys) validateStoreKey(key);
+}
+
+// The whole text must be a decimal int64, as c10d's counters are; "12abc" is not 12.
+std::optional<int64_t> parseCounter(const std::string& text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+void validateStoreKey(const std::string& key) {
+  if (key.empty()) throw ConfigError("store key is empty");
+  if (key.size() > MemoryStore::kMaxKeyBytes) {
+    throw ConfigError("store key is " + std::to_string(key.size()) + " bytes, more than " +
+                      std::to_string(MemoryStore::kMaxKeyBytes));
+  }
+}
+
+void validateStoreValue(const std::string& key, const std::string& value) {
+  if (value.size() > MemoryStore::kMaxValueBytes) {
+    throw ConfigError("value for store key '" + key + "' is " + std::to_string(value.size()) +
+                      " bytes, more than " + std::to_string(MemoryStore::kMaxValueBytes));
+  }
+}
+
+MemoryStore::MemoryStore(MemoryStoreOptions options) : options_(options) {}
+
+void MemoryStore::set(const StoreScope& scope, const std::string& key, std::string value) {
+  validateScope(scope);
+  validateStoreKey(key);
+  validateStoreValue(key, value);
+  Completions done;
+  {
+    std::lock_guard lock(mutex_);
+    checkOpen();
+    Round& r = round(scope);
+    r.values[key] = std::move(value);
+    keyCreated(r, key, done);
+  }
+  runCompletions(done);
+}
+
+std::optional<std::string> MemoryStore::get(const StoreScope& scope, const std::string& key) const {
+  validateScope(scope);
+  validateStoreKey(key);
+  std::lock_guard lock(mutex_);
+  checkOpen();
+  const Round* r = findRound(scope);
+  if (!r) return std::nullopt;
+  auto it = r->values.find(key);
+  if (it == r->values.end()) return std::nullopt;
+  return it->second;
+}
+
+int64_t MemoryStore::add(const StoreScope& scope, const std::string& key, int64_t delta) {
+  validateScope(scope);
+  validateStoreKey(key);
+  Completions done;
+  int64_t result = 0;
+  {
+    std::lock_guard lock(mutex_);
+    checkOpen();
+    Round& r = round(scope);
+    auto it = r.values.find(key);
+    int64_t current = 0;
+    if (it != r.values.end()) {
+      auto parsed = parseCounter(it->second);
+      if (!parsed) throw StateError("store key " + describe(scope, key) + " does not hold an integer");
+      current = *parsed;
+    }
+    if (__builtin_add_overflow(current, delta, &result)) {
+      throw StateError("adding " + std::to_string(delta) + " to store key " + describe(scope, key) +
+                       " overflows int64");
+    }
+    r.values[key] = std::to_string(result);
+    keyCreated(r, key, done);
+  }
+  runCompletions(done);
+  return result;
+}
+
+std::string MemoryStore::compareSet(const StoreScope& scope, const std::string& key,
+                                    const std::string& expected, std::string desired) {
+  validateScope(scope);
+  validateStoreKey(key);
+  validateStoreValue(key, expected);
+  validateStoreValue(key, desired);
+  Completions done;
+  std::string result;
+  {
+    std::lock_guard lock(mutex_);
+    checkOpen();
+    Round& r = round(scope);
+    auto it = r.values.find(key);
+    if (it == r.values.end()) {
+      if (expected.empty()) {
+        result = desired;
+        r.values.emplace(key, std::move(desired));
+        keyCreated(r, key, done);
+      }
+    } else {
+      if (it->second == expected) it->second = std::move(desired);
+      result = it->second;
+    }
+  }
+  runCompletions(done);
+  return result;
+}
+
+bool MemoryStore::check(const StoreScope& scope, const std::vector<std::string>& keys) const {
+  return missing(scope, keys).empty();
+}
+
+std::vector<std::string> MemoryStore::missing(const StoreScope& scope,
+                                              const std::vector<std::string>& keys) const {
+  validateScope(scope);
+  validateKeys(keys);
+  std::lock_guard lock(mutex_);
+  checkOpen();
+  const Round* r = findRound(scope);
+  std::vector<std::string> out;
+  for (const auto& key : keys) {
+    if (!r || !r->values.contains(key)) out.push_back(key);
+  }
+  return out;
+}
+
+bool MemoryStore::deleteKey(const StoreScope& scope, const std::string& key) {
+  validateScope(scope);
+  validateStoreKey(key);
+  std::lock_guard lock(mutex_);
+  checkOpen();
+  auto run = runs_.find(scope.runId);
+  if (run == runs_.end()) return false;
+  auto r = run->second.rounds.find(scope.round);
+  return r != run->second.rounds.end() && r->second.values.erase(key) > 0;
+}
+
+int64_t MemoryStore::numKeys(const StoreScope& scope) const {
+  validateScope(scope);
+  std::lock_guard lock(mutex_);
+  checkOpen();
+  const Round* r = findRound(scope);
+  return r ? static_cast<int64_t>(r->values.size()) : 0;
+}
+
+std::optional<MemoryStore::WaitId> MemoryStore::waitAsync(const StoreScope& scope,
+                                                          std::vector<std::string> keys,
+                                                          TimePoint deadline, WaitCallback callback) {
+  validateScope(scope);
+  validateKeys(keys);
+  DDPRUN_CHECK(callback != nullptr, "waitAsync needs a callback");
+  WaitId id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    checkOpen();
+    id = nextWaitId_++;
+    Round& r = round(scope);
+    if (!allPresent(r, keys)) {
+      Run& run = runs_[scope.runId];
+      if (run.waiters >= options_.maxWaitersPerRun) return std::nullopt;
+      ++run.waiters;
+      for (const auto& key : keys) r.watchers[key].insert(id);
+      deadlines_.emplace(deadline, id);
+      waiters_.emplace(id, Waiter{scope, std::move(keys), deadline, std::move(callback)});
+      return id;
+    }
+  }
+  // Already satisfied: called back here, on the caller's thread, with no lock held.
+  callback(true);
+  return id;
+}
+
+bool MemoryStore::cancelWait(WaitId id) {
+  Completions dropped;
+  {
+    std::lock_guard lock(mutex_);
+    if (!waiters_.contains(id)) return false;
+    finishWaiter(id, false, dropped);
+  }
+  // The callback is destroyed here, outside the lock, and never called.
+  return true;
+}
+
+void MemoryStore::expire(TimePoint now) {
+  Completions done;
+  {
+    std::lock_guard lock(mutex_);
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      finishWaiter(deadlines_.begin()->second, false, done);
+    }
+  }
+  runCompletions(done);
+}
+
+std::optional<MemoryStore::TimePoint> MemoryStore::nextDeadline() const {
+  std::lock_guard lock(mutex_);
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.begin()->first;
+}
+
+void MemoryStore::dropRoundsBefore(const std::string& runId, uint64_t round) {
+  Completions done;
+  {
+    std::lock_guard lock(mutex_);
+    auto run = runs_.find(runId);
+    if (run == runs_.end()) return;
+    auto& rounds = run->second.rounds;
+    for (auto it = rounds.begin(); it != rounds.end() && it->first < round;) {
+      failWaitersOf(it->second, done);
+      it = rounds.erase(it);
+    }
+  }
+  runCompletions(done);
+}
+
+void MemoryStore::dropRun(const std::string& runId) {
+  Completions done;
+  {
+    std::lock_guard lock(mutex_);
+    auto run = runs_.find(runId);
+    if (run == runs_.end()) return;
+    for (auto& entry : run->second.rounds) failWaitersOf(entry.second, done);
+    runs_.erase(run);
+  }
+  runCompletions(done);
+}
+
+void MemoryStore::close() {
+  Completions done;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    while (!waiters_.empty()) finishWaiter(waiters_.begin()->first, false, done);
+    runs_.clear();
+  }
+  runCompletions(done);
+}
+
+bool MemoryStore::closed() const {
+  std::lock_guard lock(mutex_);
+  return closed_;
+}
+
+void MemoryStore::checkOpen() const {
+  if (closed_) throw ClosedError("the store is closed");
+}
+
+const MemoryStore::Round* MemoryStore::findRound(const StoreScope& scope) const {
+  auto run = runs_.find(scope.runId);
+  if (run == runs_.end()) return nullptr;
+  auto r = run->second.rounds.find(scope.round);
+  return r == run->second.rounds.end() ? nullptr : &r->second;
+}
+
+MemoryStore::Round& MemoryStore::round(const StoreScope& scope) {
+  return runs_[scope.runId].rounds[scope.round];
+}
+
+bool MemoryStore::allPresent(const Round& r, const std::vector<std::string>& keys) const {
+  for (const auto& key : keys) {
+    if (!r.values.contains(key)) return false;
+  }
+  return true;
+}
+
+void MemoryStore::keyCreated(Round& r, const std::string& key, Completions& out) {
+  auto it = r.watchers.find(key);
+  if (it == r.watchers.end()) return;
+  std::vector<WaitId> ready;
+  for (WaitId id : it->second) {
+    if (allPresent(r, waiters_.at(id).keys)) ready.push_back(id);
+  }
+  for (WaitId id : ready) finishWaiter(id, true, out);
+}
+
+void MemoryStore::finishWaiter(WaitId id, bool satisfied, Completions& out) {
+  auto node = waiters_.extract(id);
+  DDPRUN_CHECK(!node.empty(), "unknown store waiter");
+  Waiter& w = node.mapped();
+  deadlines_.erase({w.deadline, id});
+  auto run = runs_.find(w.scope.runId);
+  DDPRUN_CHECK(run != runs_.end(), "store waiter without its run");
+  --run->second.waiters;
+  auto r = run->second.rounds.find(w.scope.round);
+  if (r != run->second.rounds.end()) {
+    for (const auto& key : w.keys) {
+      auto watchers = r->second.watchers.find(key);
+      if (watchers == r->second.watchers.end()) continue;
+      watchers->second.erase(id);
+      if (watchers->second.empty()) r->second.watchers.erase(watchers);
+    }
+  }
+  out.emplace_back(std::move(w.callback), satisfied);
+}
+
+void MemoryStore::failWaitersOf(const Round& r, Completions& out) {
+  // Ids first: finishing a waiter edits r.watchers.
+  std::unordered_set<WaitId> ids;
+  for (const auto& entry : r.watchers) ids.insert(entry.second.begin(), entry.second.end());
+  for (WaitId id : ids) finishWaiter(id, false, out);
+}
+
+void MemoryStore::runCompletions(Completions& completions) {
+  for (auto& [callback, satisfied] : completions) {
+    // A throwing callback must not take the other waiters' callbacks, or the caller's
+    // already-applied write, down with it.
+    try {
+      callback(satisfied);
+    } catch (const std::exception& e) {
+      spdlog::error("store wait callback threw: {}", e.what());
+    } catch (...) {
+      spdlog::error("store wait callback threw a non-standard exception");
+    }
+  }
+}
+
+}  // namespace ddprun

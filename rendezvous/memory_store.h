@@ -1,0 +1,142 @@
+// The workers' key-value store, in memory: what the Store gRPC service serves. Keys live in a
+// scope, the job's run id and round (the path /run/<id>/round/<n>/<key>), so a group restarted
+// into a new round never reads a value of the old one. Bytes in, bytes out, as gloo's and c10d's
+// stores; add() keeps an int64 counter as decimal text, as c10d does.
+//
+// Thread-safe. Waiting is asynchronous, so that no thread blocks per waiter: waitAsync() calls
+// back once the keys exist or once expire() passes its deadline. The owner drives time through
+// expire()/nextDeadline(), so tests use a fake time and the service a small timer thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace ddprun {
+
+// Which job and round a key belongs to.
+struct StoreScope {
+  std::string runId;
+  uint64_t round = 0;
+};
+
+struct MemoryStoreOptions {
+  // Pending waiters one run may hold; a runaway job must not exhaust the server's memory.
+  std::size_t maxWaitersPerRun = 65536;
+};
+
+
+// Throw ConfigError for an empty or oversized key, or an oversized value. Shared with the client,
+// which rejects them before sending.
+void validateStoreKey(const std::string& key);
+void validateStoreValue(const std::string& key, const std::string& value);
+
+class MemoryStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::time_point;
+  using WaitId = uint64_t;
+  // Called exactly once per accepted wait: true when every key exists, false when the deadline
+  // passed, the round was dropped or the store closed. Must not throw.
+  using WaitCallback = std::function<void(bool satisfied)>;
+
+  static constexpr std::size_t kMaxKeyBytes = 4 * 1024;
+  static constexpr std::size_t kMaxValueBytes = 64 * 1024 * 1024;
+
+  explicit MemoryStore(MemoryStoreOptions options = {});
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  // Every operation throws ConfigError for an empty or oversized key, an oversized run id or
+  // value, and ClosedError once close() was called.
+  void set(const StoreScope& scope, const std::string& key, std::string value);
+  // Does not wait: nullopt when the key is missing.
+  std::optional<std::string> get(const StoreScope& scope, const std::string& key) const;
+  // Adds delta to the counter (a missing key counts as 0) and returns the new value. Throws
+  // StateError when the key holds something other than a decimal int64, or on overflow.
+  int64_t add(const StoreScope& scope, const std::string& key, int64_t delta);
+  // Sets desired when the key holds expected, or is missing and expected is empty. Returns the
+  // value after the call; a missing key reads as empty (c10d returns `expected` there instead).
+  std::string compareSet(const StoreScope& scope, const std::string& key,
+                         const std::string& expected, std::string desired);
+  bool check(const StoreScope& scope, const std::vector<std::string>& keys) const;
+  // The keys of `keys` that do not exist, in order: what a timeout message names.
+  std::vector<std::string> missing(const StoreScope& scope, const std::vector<std::string>& keys) const;
+  bool deleteKey(const StoreScope& scope, const std::string& key);
+  int64_t numKeys(const StoreScope& scope) const;
+
+  // Calls `callback` once every key exists, or with false once expire() reaches `deadline`.
+  // It runs on the thread that completes the wait, never under the store's lock: inside this call
+  // when the keys already exist, inside another thread's set/add/compareSet that creates the last
+  // key, or inside expire(), dropRoundsBefore(), dropRun() or close().
+  // Returns the id for cancelWait(), or nullopt (the callback never runs) when the run already
+  // has maxWaitersPerRun pending waiters.
+  std::optional<WaitId> waitAsync(const StoreScope& scope, std::vector<std::string> keys,
+                                  TimePoint deadline, WaitCallback callback);
+  // Forgets a pending wait without calling it back. True when this call removed it (its callback
+  // will never run); false when it already ran, is running, or the id is unknown.
+  bool cancelWait(WaitId id);
+
+  // Calls back (false) every wait whose deadline is <= now.
+  void expire(TimePoint now);
+  // The earliest deadline of a pending wait, for the owner's timer.
+  std::optional<TimePoint> nextDeadline() const;
+
+  // Frees the keys of the run's rounds older than `round`; their waits fail.
+  void dropRoundsBefore(const std::string& runId, uint64_t round);
+  // Frees everything of the run; its waits fail.
+  void dropRun(const std::string& runId);
+  // Fails every pending wait and refuses every later call with ClosedError. Idempotent.
+  void close();
+  bool closed() const;
+
+ private:
+  struct Round {
+    std::unordered_map<std::string, std::string> values;
+    // Pending waits by the keys they wait for, so that a set wakes only its own waiters.
+    std::unordered_map<std::string, std::unordered_set<WaitId>> watchers;
+  };
+  struct Run {
+    std::map<uint64_t, Round> rounds;
+    std::size_t waiters = 0;
+  };
+  struct Waiter {
+    StoreScope scope;
+    std::vector<std::string> keys;
+    TimePoint deadline;
+    WaitCallback callback;
+  };
+  // Callbacks taken out under the lock, run after it is released.
+  using Completions = std::vector<std::pair<WaitCallback, bool>>;
+
+  void checkOpen() const;
+  const Round* findRound(const StoreScope& scope) const;
+  Round& round(const StoreScope& scope);
+  bool allPresent(const Round& round, const std::vector<std::string>& keys) const;
+  // Completes the watchers of `key` whose keys now all exist.
+  void keyCreated(Round& round, const std::string& key, Completions& out);
+  // Removes a pending waiter from every index and hands its callback to `out`.
+  void finishWaiter(WaitId id, bool satisfied, Completions& out);
+  void failWaitersOf(const Round& round, Completions& out);
+  static void runCompletions(Completions& completions);
+
+  const MemoryStoreOptions options_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, Run> runs_;
+  std::unordered_map<WaitId, Waiter> waiters_;
+  std::set<std::pair<TimePoint, WaitId>> deadlines_;
+  WaitId nextWaitId_ = 1;
+  bool closed_ = false;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,149 @@
+#include "rendezvous/rendezvous_server.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/unique_fd.h"
+#include "rendezvous/grpc_util.h"
+#include "rendezvous/rendezvous_service.h"
+#include "rendezvous/store_service.h"
+
+namespace ddprun {
+namespace {
+
+// gRPC binds with SO_REUSEPORT and reports failures vaguely; a plain bind first gives the real
+// reason (in use, not an address of this machine) with the address in the message.
+void probeBind(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* results = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
+  if (rc != 0) throw ConnectionError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  std::string error;
+  for (addrinfo* ai = results; ai; ai = ai->ai_next) {
+    UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!sock) continue;
+    int one = 1;
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
+      ::freeaddrinfo(results);
+      return;
+    }
+    error = std::strerror(errno);
+  }
+  ::freeaddrinfo(results);
+  throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
+}
+
+}  // namespace
+
+std::string joinHostPort(const std::string& host, int port) {
+  bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort) {
+  std::string host = endpoint;
+  std::string portText;
+  if (!endpoint.empty() && endpoint[0] == '[') {
+    auto close = endpoint.find(']');
+    if (close == std::string::npos) throw ConfigError("endpoint '" + endpoint + "': missing ']'");
+    host = endpoint.substr(1, close - 1);
+    std::string rest = endpoint.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') throw ConfigError("endpoint '" + endpoint + "': expected :PORT after ']'");
+      portText = rest.substr(1);
+    }
+  } else if (std::count(endpoint.begin(), endpoint.end(), ':') == 1) {
+    auto colon = endpoint.find(':');
+    host = endpoint.substr(0, colon);
+    portText = endpoint.substr(colon + 1);
+  }
+  if (host.empty()) throw ConfigError("endpoint '" + endpoint + "': missing host");
+  int port = defaultPort;
+  if (!portText.empty()) {
+    auto parsed = parseInt(portText);
+    if (!parsed || *parsed < 0 || *parsed > 65535) throw ConfigError("endpoint '" + endpoint + "': bad port");
+    port = static_cast<int>(*parsed);
+  }
+  return {host, port};
+}
+
+class RendezvousServer::Impl {
+ public:
+  explicit Impl(RendezvousServerOptions options) : options_(std::move(options)) {
+    if (options_.port != 0) probeBind(options_.bindAddress, options_.port);
+    rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
+        options_.token, [this](const std::string& runId, uint64_t round) {
+          store_->store().dropRoundsBefore(runId, round);
+        }});
+    store_ = std::make_unique<StoreService>(StoreServiceOptions{
+        options_.token,
+        [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }});
+    grpc::ServerBuilder builder;
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second server on the port must fail
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 50);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    applyMessageLimits(builder);
+    builder.AddListeningPort(joinHostPort(options_.bindAddress, options_.port), grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(rendezvous_.get());
+    builder.RegisterService(store_.get());
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      throw ConnectionError("cannot listen on " + joinHostPort(options_.bindAddress, options_.port));
+    }
+    if (options_.token.empty() && !isLoopback(options_.bindAddress)) {
+      spdlog::warn("rendezvous on {} has NO job token: anyone who reaches this address can join or disturb jobs "
+                   "(set DDPRUN_RDZV_TOKEN or --rdzv_conf token_file=PATH)",
+                   address());
+    }
+  }
+
+  ~Impl() { shutdown(std::chrono::milliseconds(0)); }
+
+  void shutdown(std::chrono::milliseconds grace) {
+    if (!server_) return;
+    rendezvous_->waitIdle(grace);
+    rendezvous_->shutdown();
+    store_->shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    server_->Wait();
+    server_.reset();
+  }
+
+  int port() const { return port_; }
+  std::string address() const { return joinHostPort(options_.bindAddress, port_); }
+
+ private:
+  static bool isLoopback(const std::string& host) {
+    return host == "localhost" || startsWith(host, "127.") || host == "::1";
+  }
+
+  RendezvousServerOptions options_;
+  std::unique_ptr<RendezvousService> rendezvous_;
+  std::unique_ptr<StoreService> store_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+RendezvousServer::RendezvousServer(RendezvousServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+RendezvousServer::~RendezvousServer() = default;
+int RendezvousServer::port() const { return impl_->port(); }
+std::string RendezvousServer::address() const { return impl_->address(); }
+void RendezvousServer::shutdown(std::chrono::milliseconds grace) { impl_->shutdown(grace); }
+
+}  // namespace ddprun

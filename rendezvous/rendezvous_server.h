@@ -1,0 +1,40 @@
+// The rendezvous server: the Rendezvous and Store services on one gRPC port. Embedded in the agent
+// that hosts a job's endpoint, or run alone as ddprun-rdzv for many jobs.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace ddprun {
+
+struct RendezvousServerOptions {
+  std::string bindAddress = "127.0.0.1";  // where to listen; "0.0.0.0" or "::" only when asked
+  int port = 29400;                       // 0: any free port
+  std::string token;                      // job token; empty = unauthenticated
+};
+
+class RendezvousServer {
+ public:
+  // Listens at once. Throws ConnectionError naming the address when it cannot (in use, not local).
+  explicit RendezvousServer(RendezvousServerOptions options);
+  ~RendezvousServer();
+
+  int port() const;
+  // host:port, with brackets for IPv6.
+  std::string address() const;
+  // Gives agents up to `grace` to read the end of their jobs, then stops.
+  void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(2));
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "host", "host:port", "[v6]:port", "v6addr" -> host and port (defaultPort when absent). Throws
+// ConfigError on a malformed endpoint or port.
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort);
+// Joins host and port, bracketing IPv6 hosts.
+std::string joinHostPort(const std::string& host, int port);
+
+}  // namespace ddprun

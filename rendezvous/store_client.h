@@ -1,0 +1,66 @@
+// Client of ddprun's key-value store, as c10d's TCPStore and gloo's Store: bytes in, bytes out;
+// get and wait block up to a timeout. Every call stays inside one job's run id and round, so keys
+// of another round are invisible. The worker SDK includes this header, so it names no gRPC type.
+//
+// Thread-safe: one client may serve many threads. Errors are exceptions from common/error.h:
+// TimeoutError (the message names the missing keys), ConnectionError (unreachable, shut down, or
+// "invalid job token"), StateError (a stale round, or add() on a value that is not a number),
+// ConfigError (an empty or oversized key or value).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+struct StoreClientOptions {
+  std::string address;  // host:port of the store service
+  std::string token;    // the job token; empty when the job has none
+  std::string runId;
+  uint64_t round = 0;
+  // How long get() and wait() wait for keys; every other call gets it as its deadline too.
+  std::chrono::milliseconds timeout{300000};
+  // How long the constructor keeps retrying to connect.
+  std::chrono::milliseconds connectTimeout{10000};
+};
+
+class StoreClient {
+ public:
+  // Connects, retrying with jittered exponential backoff; ConnectionError after connectTimeout.
+  explicit StoreClient(StoreClientOptions options);
+  ~StoreClient();
+  StoreClient(StoreClient&&) noexcept;
+  StoreClient& operator=(StoreClient&&) noexcept;
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Waits up to the timeout for the key to exist, then returns its value.
+  std::string get(const std::string& key);
+  // Adds delta to the counter under key (missing counts as 0); returns the new value.
+  int64_t add(const std::string& key, int64_t delta);
+  // Sets desired when the key holds expected (or is missing and expected is empty); returns the
+  // value after the call, empty when the key is missing.
+  std::string compareSet(const std::string& key, const std::string& expected,
+                         const std::string& desired);
+  // Waits until every key exists: up to the options' timeout, or the given one.
+  void wait(const std::vector<std::string>& keys);
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Whether every key exists now; does not wait.
+  bool check(const std::vector<std::string>& keys);
+  // True when the key existed.
+  bool deleteKey(const std::string& key);
+  // Keys in this run and round.
+  int64_t numKeys();
+
+  const StoreClientOptions& options() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,343 @@
+#include "rendezvous/store_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <new>
+
+#include "common/error.h"
+#include "rendezvous/grpc_util.h"
+
+namespace ddprun {
+
+namespace {
+
+StoreScope toScope(const v1::Scope& scope) { return StoreScope{scope.run_id(), scope.round()}; }
+
+// The one place where the store's exceptions become statuses; StoreClient maps them back.
+grpc::Status statusFromCurrentException() {
+  try {
+    throw;
+  } catch (const ConfigError& e) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+  } catch (const TimeoutError& e) {
+    return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
+  } catch (const ClosedError& e) {
+    return {grpc::StatusCode::UNAVAILABLE, e.what()};
+  } catch (const ConnectionError& e) {
+    return {grpc::StatusCode::UNAVAILABLE, e.what()};
+  } catch (const StateError& e) {
+    return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+  } catch (const std::bad_alloc&) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, "the store is out of memory"};
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::INTERNAL, e.what()};
+  } catch (...) {
+    return {grpc::StatusCode::UNKNOWN, "unknown error in the store"};
+  }
+}
+
+std::string quotedList(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& key : keys) out += (out.empty() ? "'" : ", '") + key + "'";
+  return out;
+}
+
+}  // namespace
+
+// One Get or Wait in flight. Three parties may end it: the store's callback (keys arrived, or the
+// deadline, drop or close came first), client cancellation (OnCancel), and a failure to start.
+// `finished` makes the first of them the only one to call Finish. The state lives in a
+// shared_ptr, not in the reactor, because the reactor may be deleted (OnDone) as soon as Finish
+// is called, possibly while start() is still returning from waitAsync on another thread.
+struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
+  struct Reactor final : grpc::ServerUnaryReactor {
+    std::shared_ptr<WaitCall> call;
+    void OnCancel() override { call->cancel(); }
+    void OnDone() override { delete this; }
+  };
+
+  WaitCall(StoreService& s, StoreScope sc, std::vector<std::string> k, uint32_t t,
+           MemoryStore::TimePoint d, OnSatisfied f)
+      : service(s), scope(std::move(sc)), keys(std::move(k)), timeoutMs(t), deadline(d),
+        onSatisfied(std::move(f)) {}
+
+  void start() {
+    std::optional<MemoryStore::WaitId> id;
+    try {
+      id = service.store_.waitAsync(scope, keys, deadline,
+                                    [self = shared_from_this()](bool ok) { self->waitDone(ok); });
+    } catch (...) {
+      finish(statusFromCurrentException());
+      return;
+    }
+    if (!id) {
+      finish({grpc::StatusCode::RESOURCE_EXHAUSTED, "too many pending store waits for run '" +
+                                                        scope.runId + "'"});
+      return;
+    }
+    bool cancelNow = false;
+    {
+      std::lock_guard lock(mutex);
+      waitId = id;
+      cancelNow = cancelled && !finished;
+    }
+    service.wakeTimer();
+    if (cancelNow) cancelWait(*id);
+  }
+
+  // From OnCancel: the client gave up, its deadline passed, or the server shuts down.
+  void cancel() {
+    std::optional<MemoryStore::WaitId> id;
+    {
+      std::lock_guard lock(mutex);
+      cancelled = true;
+      if (finished || !waitId) return;  // start() sees `cancelled` once it has the id
+      id = waitId;
+    }
+    cancelWait(*id);
+  }
+
+  void cancelWait(MemoryStore::WaitId id) {
+    // False: the callback runs or ran, and it finishes the call.
+    if (service.store_.cancelWait(id)) finish({grpc::StatusCode::CANCELLED, "store call cancelled"});
+  }
+
+  void waitDone(bool satisfied) {
+    try {
+      std::optional<grpc::Status> status =
+          satisfied ? onSatisfied() : service.waitFailure(scope, keys, timeoutMs);
+      if (!status && !satisfied) status = onSatisfied();
+      if (status) {
+        finish(*status);
+      } else {
+        start();  // a key was deleted between the wake-up and the read: wait on
+      }
+    } catch (...) {
+      finish(statusFromCurrentException());
+    }
+  }
+
+  void finish(const grpc::Status& status) {
+    {
+      std::lock_guard lock(mutex);
+      if (finished) return;
+      finished = true;
+    }
+    reactor->Finish(status);
+  }
+
+  StoreService& service;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  const StoreScope scope;
+  const std::vector<std::string> keys;
+  const uint32_t timeoutMs;
+  const MemoryStore::TimePoint deadline;
+  const OnSatisfied onSatisfied;
+  std::mutex mutex;
+  std::optional<MemoryStore::WaitId> waitId;
+  bool cancelled = false;
+  bool finished = false;
+};
+
+StoreService::StoreService(StoreServiceOptions options, MemoryStoreOptions storeOptions)
+    : options_(std::move(options)), store_(storeOptions), timer_([this] { timerLoop(); }) {}
+
+StoreService::~StoreService() { shutdown(); }
+
+void StoreService::shutdown() {
+  store_.close();
+  {
+    std::lock_guard lock(timerMutex_);
+    stopping_ = true;
+  }
+  timerCv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+grpc::Status StoreService::admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const {
+  if (!options_.token.empty()) {
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find(kTokenMetadataKey);
+    const bool ok = it != metadata.end() &&
+                    constantTimeEquals(std::string_view(it->second.data(), it->second.size()),
+                                       options_.token);
+    if (!ok) {
+      // Never log the token itself, not even the wrong one: it may be a near miss.
+      spdlog::warn("store: refused a call from {}: missing or wrong job token", context->peer());
+      return {grpc::StatusCode::UNAUTHENTICATED, "invalid job token"};
+    }
+  }
+  if (options_.roundIsCurrent && !options_.roundIsCurrent(scope.run_id(), scope.round())) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "stale round " + std::to_string(scope.round()) + " of run '" + scope.run_id() +
+                "': the store serves only the job's current round"};
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* StoreService::unary(grpc::CallbackServerContext* context,
+                                              const v1::Scope& scope,
+                                              const std::function<void()>& body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::Status status;
+  try {
+    status = admit(context, scope);
+    if (status.ok()) body();
+  } catch (...) {
+    status = statusFromCurrentException();
+  }
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StoreService::blocking(grpc::CallbackServerContext* context,
+                                                 const v1::Scope& scope,
+                                                 std::vector<std::string> keys, uint32_t timeoutMs,
+                                                 OnSatisfied onSatisfied) {
+  grpc::Status status;
+  try {
+    status = admit(context, scope);
+  } catch (...) {
+    status = statusFromCurrentException();
+  }
+  if (!status.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+  // The wait ends at its own timeout or the client's deadline, whichever comes first.
+  const auto now = MemoryStore::Clock::now();
+  auto deadline = now + std::chrono::milliseconds(timeoutMs);
+  const auto clientLeft = context->deadline() - std::chrono::system_clock::now();
+  if (clientLeft < deadline - now) {
+    deadline = now + std::chrono::duration_cast<MemoryStore::Clock::duration>(
+                         std::max(clientLeft, decltype(clientLeft)::zero()));
+  }
+  auto call = std::make_shared<WaitCall>(*this, toScope(scope), std::move(keys), timeoutMs, deadline,
+                                         std::move(onSatisfied));
+  auto* reactor = new WaitCall::Reactor();
+  reactor->call = call;
+  call->reactor = reactor;
+  call->start();
+  return reactor;
+}
+
+std::optional<grpc::Status> StoreService::waitFailure(const StoreScope& scope,
+                                                      const std::vector<std::string>& keys,
+                                                      uint32_t timeoutMs) const {
+  if (store_.closed()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is closed");
+  if (options_.roundIsCurrent && !options_.roundIsCurrent(scope.runId, scope.round)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "stale round " + std::to_string(scope.round) + " of run '" + scope.runId +
+                            "': the round ended while waiting");
+  }
+  const auto missing = store_.missing(scope, keys);
+  if (missing.empty()) return std::nullopt;
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      "timed out after " + std::to_string(timeoutMs) + " ms waiting for store key(s) " +
+                          quotedList(missing) + " of run '" + scope.runId + "' round " +
+                          std::to_string(scope.round));
+}
+
+void StoreService::wakeTimer() {
+  {
+    std::lock_guard lock(timerMutex_);
+    ++timerGeneration_;
+  }
+  timerCv_.notify_all();
+}
+
+void StoreService::timerLoop() {
+  std::unique_lock lock(timerMutex_);
+  while (!stopping_) {
+    // Read the generation before the deadline: a wait added in between bumps it, so it is
+    // never missed.
+    const uint64_t seen = timerGeneration_;
+    lock.unlock();
+    const auto next = store_.nextDeadline();
+    lock.lock();
+    const auto woken = [&] { return stopping_ || timerGeneration_ != seen; };
+    if (next) {
+      timerCv_.wait_until(lock, *next, woken);
+    } else {
+      timerCv_.wait(lock, woken);
+    }
+    if (stopping_) break;
+    lock.unlock();
+    store_.expire(MemoryStore::Clock::now());
+    lock.lock();
+  }
+}
+
+grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* context,
+                                            const v1::SetRequest* request, v1::SetResponse*) {
+  return unary(context, request->scope(),
+               [&] { store_.set(toScope(request->scope()), request->key(), request->value()); });
+}
+
+grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context,
+                                            const v1::GetRequest* request,
+                                            v1::GetResponse* response) {
+  StoreScope scope = toScope(request->scope());
+  std::string key = request->key();
+  return blocking(context, request->scope(), {key}, request->timeout_ms(),
+                  [this, scope, key, response]() -> std::optional<grpc::Status> {
+                    auto value = store_.get(scope, key);
+                    if (!value) return std::nullopt;
+                    response->set_value(std::move(*value));
+                    return grpc::Status::OK;
+                  });
+}
+
+grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* context,
+                                            const v1::AddRequest* request,
+                                            v1::AddResponse* response) {
+  return unary(context, request->scope(), [&] {
+    response->set_value(store_.add(toScope(request->scope()), request->key(), request->delta()));
+  });
+}
+
+grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* context,
+                                                   const v1::CompareSetRequest* request,
+                                                   v1::CompareSetResponse* response) {
+  return unary(context, request->scope(), [&] {
+    response->set_value(store_.compareSet(toScope(request->scope()), request->key(),
+                                          request->expected(), request->desired()));
+  });
+}
+
+grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* context,
+                                             const v1::WaitRequest* request, v1::WaitResponse*) {
+  std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+  return blocking(context, request->scope(), std::move(keys), request->timeout_ms(),
+                  []() -> std::optional<grpc::Status> { return grpc::Status::OK; });
+}
+
+grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* context,
+                                              const v1::CheckRequest* request,
+                                              v1::CheckResponse* response) {
+  return unary(context, request->scope(), [&] {
+    std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+    response->set_all_present(store_.check(toScope(request->scope()), keys));
+  });
+}
+
+grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* context,
+                                               const v1::DeleteRequest* request,
+                                               v1::DeleteResponse* response) {
+  return unary(context, request->scope(), [&] {
+    response->set_deleted(store_.deleteKey(toScope(request->scope()), request->key()));
+  });
+}
+
+grpc::ServerUnaryReactor* StoreService::NumKeys(grpc::CallbackServerContext* context,
+                                                const v1::NumKeysRequest* request,
+                                                v1::NumKeysResponse* response) {
+  return unary(context, request->scope(),
+               [&] { response->set_count(store_.numKeys(toScope(request->scope()))); });
+}
+
+}  // namespace ddprun

@@ -1,0 +1,98 @@
+// The Store gRPC service: the workers' key-value store, served from a MemoryStore. Get and Wait
+// never block a gRPC thread: they register an asynchronous wait and finish their reactor from
+// its callback, from client cancellation, or from the service's timer thread at their deadline.
+//
+// Owner's duties: register it on a grpc::ServerBuilder (with applyMessageLimits), call
+// shutdown() before grpc::Server::Shutdown() so that pending waits end at once instead of holding
+// the server's shutdown, and destroy the server before the service.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddprun/v1/store.grpc.pb.h"
+#include "rendezvous/memory_store.h"
+
+namespace ddprun {
+
+struct StoreServiceOptions {
+  // Job token every call must carry in "x-ddprun-token"; empty: no token needed.
+  std::string token;
+  // Whether a request's round may use the store. Unset: every round may (standalone use).
+  std::function<bool(const std::string& runId, uint64_t round)> roundIsCurrent;
+};
+
+class StoreService final : public v1::Store::CallbackService {
+ public:
+  explicit StoreService(StoreServiceOptions options, MemoryStoreOptions storeOptions = {});
+  ~StoreService() override;
+  StoreService(const StoreService&) = delete;
+  StoreService& operator=(const StoreService&) = delete;
+
+  // The store behind the service, for its owner: drop rounds that are over, runs that ended.
+  MemoryStore& store() { return store_; }
+
+  // Fails pending Get/Wait calls and every later call with UNAVAILABLE, and stops the timer
+  // thread. Idempotent; the destructor calls it.
+  void shutdown();
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
+                                v1::SetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context, const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* context, const v1::AddRequest* request,
+                                v1::AddResponse* response) override;
+  grpc::ServerUnaryReactor* CompareSet(grpc::CallbackServerContext* context,
+                                       const v1::CompareSetRequest* request,
+                                       v1::CompareSetResponse* response) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context, const v1::WaitRequest* request,
+                                 v1::WaitResponse* response) override;
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const v1::CheckRequest* request,
+                                  v1::CheckResponse* response) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
+                                   const v1::DeleteRequest* request,
+                                   v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext* context,
+                                    const v1::NumKeysRequest* request,
+                                    v1::NumKeysResponse* response) override;
+
+ private:
+  struct WaitCall;  // one Get or Wait in flight (store_service.cc)
+
+  // Token and round checks every call passes first; OK or the status to finish with.
+  grpc::Status admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const;
+  // Runs `body` for a call that completes at once and finishes the call with its outcome.
+  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const v1::Scope& scope,
+                                  const std::function<void()>& body);
+  // Fills the response of a Get or Wait once every key exists; nullopt when a key vanished again
+  // before it could be read, and the call must wait on.
+  using OnSatisfied = std::function<std::optional<grpc::Status>()>;
+  // Starts a Get or Wait that ends when every key exists, at its timeout, or on cancellation.
+  grpc::ServerUnaryReactor* blocking(grpc::CallbackServerContext* context, const v1::Scope& scope,
+                                     std::vector<std::string> keys, uint32_t timeoutMs,
+                                     OnSatisfied onSatisfied);
+  // Why a wait ended without its keys: shutdown, a stale round, or its timeout; nullopt when the
+  // keys exist after all (they arrived just as the deadline passed).
+  std::optional<grpc::Status> waitFailure(const StoreScope& scope,
+                                          const std::vector<std::string>& keys,
+                                          uint32_t timeoutMs) const;
+  void wakeTimer();
+  void timerLoop();
+
+  const StoreServiceOptions options_;
+  MemoryStore store_;
+  std::mutex timerMutex_;
+  std::condition_variable timerCv_;
+  uint64_t timerGeneration_ = 0;  // bumped by every new wait, so the timer sees earlier deadlines
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+}  // namespace ddprun
