@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "rendezvous/grpc_logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 
 namespace ddprun {
@@ -76,6 +77,7 @@ class GrpcRendezvous::Impl {
 
  private:
   void run() {
+    routeGrpcLogsToSpdlog();
     auto channel = makeChannel(options_);
     auto deadline = std::chrono::system_clock::now() + options_.connectTimeout;
     if (!channel->WaitForConnected(deadline)) {

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "rendezvous/grpc_logging.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
 #include "rendezvous/grpc_util.h"
@@ -83,6 +84,7 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defau
 class RendezvousServer::Impl {
  public:
   explicit Impl(RendezvousServerOptions options) : options_(std::move(options)) {
+    routeGrpcLogsToSpdlog();
     if (options_.port != 0) probeBind(options_.bindAddress, options_.port);
     rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
         options_.token, [this](const std::string& runId, uint64_t round) {

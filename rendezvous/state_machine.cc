@@ -20,7 +20,7 @@ std::optional<std::string> RendezvousState::validateRules(const RendezvousRules&
   if (r.minNodes < 1 || r.maxNodes < r.minNodes || r.maxNodes > 100000) return "node counts must satisfy 1 <= min <= max";
   if (r.maxRestarts < 0) return "max_restarts must not be negative";
   if (r.joinTimeout.count() <= 0 || r.heartbeatTimeout.count() <= 0 || r.lastCallTimeout.count() < 0) {
-    return "timeouts must be positive";
+    return "join and heartbeat timeouts must be positive, the last call timeout not negative";
   }
   return std::nullopt;
 }
@@ -140,45 +140,41 @@ std::vector<Notice> RendezvousState::succeeded(const std::string& nodeId, uint64
     out.push_back(Notice{nodeId, *rejection});
     return out;
   }
-  Node& node = nodes_[nodeId];
-  node.lastSeen = now;
-  node.succeeded = true;
+  nodes_[nodeId].lastSeen = now;
+  succeededMembers_.insert(nodeId);
   checkBarrier(&out);
   return out;
 }
 
 void RendezvousState::checkBarrier(std::vector<Notice>* out) {
   if (phase_ != Phase::kRunning) return;
+  // By node id: a member that succeeded and then went away (or came back as a standby) is done.
   for (const auto& id : members_) {
-    auto it = nodes_.find(id);
-    bool done = it != nodes_.end() ? it->second.succeeded
-                                   : std::count(departedSucceeded_.begin(), departedSucceeded_.end(), id) > 0;
-    if (!done) return;
+    if (!succeededMembers_.count(id)) return;
   }
   closeJob(true, "every node's workers succeeded", out);
 }
 
 std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std::string& reason, Micros now) {
   std::vector<Notice> out;
-  removeNode(nodeId, reason, now, &out);
+  removeNodes({nodeId}, reason, now, &out);
   return out;
 }
 
-void RendezvousState::removeNode(const std::string& nodeId, const std::string& reason, Micros now,
-                                 std::vector<Notice>* out) {
-  auto it = nodes_.find(nodeId);
-  if (it == nodes_.end()) return;
-  bool wasMember = it->second.groupRank >= 0;
-  bool hadSucceeded = it->second.succeeded;
-  nodes_.erase(it);
+void RendezvousState::removeNodes(const std::vector<std::string>& nodeIds, const std::string& reason, Micros now,
+                                  std::vector<Notice>* out) {
+  std::vector<std::string> lostMembers;
+  for (const auto& id : nodeIds) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) continue;
+    // A member whose workers already succeeded is done; the others still run toward the barrier.
+    if (it->second.groupRank >= 0 && !succeededMembers_.count(id)) lostMembers.push_back(id);
+    nodes_.erase(it);
+  }
   if (phase_ == Phase::kClosed) return;
-  if (phase_ == Phase::kRunning && wasMember) {
-    if (hadSucceeded) {
-      // Its workers are done; the others still run toward the exit barrier.
-      departedSucceeded_.push_back(nodeId);
-      return;
-    }
-    interruptRound("node " + nodeId + " left: " + reason, out);
+  if (phase_ == Phase::kRunning && !lostMembers.empty()) {
+    std::string who = lostMembers.size() == 1 ? "node " + lostMembers[0] : std::to_string(lostMembers.size()) + " nodes";
+    interruptRound(who + " left: " + reason, out);
     beginGathering(now, true);
   }
   if (phase_ == Phase::kGathering) maybeCloseGathering(now, out);
@@ -191,10 +187,7 @@ std::vector<Notice> RendezvousState::tick(Micros now) {
   for (const auto& [id, node] : nodes_) {
     if (now - node.lastSeen > rules_.heartbeatTimeout) silent.push_back(id);
   }
-  for (const auto& id : silent) {
-    removeNode(id, "no heartbeat for " + seconds(rules_.heartbeatTimeout), now, &out);
-    if (phase_ == Phase::kClosed) return out;
-  }
+  if (!silent.empty()) removeNodes(silent, "no heartbeat for " + seconds(rules_.heartbeatTimeout), now, &out);
   if (phase_ != Phase::kGathering) return out;
   if (lastCallDeadline_ && now >= *lastCallDeadline_) {
     closeRound(&out);
@@ -262,14 +255,11 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
     if (!slot) slot = unplaced[next++];
   }
 
-  for (auto& [id, node] : nodes_) {
-    node.groupRank = -1;
-    node.succeeded = false;
-  }
+  for (auto& [id, node] : nodes_) node.groupRank = -1;
   ++round_;
   phase_ = Phase::kRunning;
   lastCallDeadline_.reset();
-  departedSucceeded_.clear();
+  succeededMembers_.clear();
   members_.clear();
   int worldSize = 0;
   for (Node* n : slots) worldSize += n->info.localWorldSize;

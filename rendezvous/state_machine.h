@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -121,7 +122,6 @@ class RendezvousState {
     Micros lastSeen{0};
     uint64_t joinSeq = 0;
     int groupRank = -1;     // in the running round; -1 for standby nodes
-    bool succeeded = false;
   };
 
   void beginGathering(Micros now, bool closeAtOnce);
@@ -129,7 +129,9 @@ class RendezvousState {
   void closeRound(std::vector<Notice>* out);
   void interruptRound(const std::string& reason, std::vector<Notice>* out);
   void closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out);
-  void removeNode(const std::string& nodeId, const std::string& reason, Micros now, std::vector<Notice>* out);
+  // Removes nodes that are gone, then interrupts the round once if any of them still had work.
+  void removeNodes(const std::vector<std::string>& nodeIds, const std::string& reason, Micros now,
+                   std::vector<Notice>* out);
   std::optional<Rejection> checkReport(const std::string& nodeId, uint64_t round) const;
   void checkBarrier(std::vector<Notice>* out);
 
@@ -138,7 +140,7 @@ class RendezvousState {
   Phase phase_ = Phase::kGathering;
   std::map<std::string, Node> nodes_;
   std::vector<std::string> members_;
-  std::vector<std::string> departedSucceeded_;  // members that succeeded, then went away
+  std::set<std::string> succeededMembers_;  // members of the running round that reported success
   uint64_t round_ = 0;
   int restartCount_ = 0;
   uint64_t nextJoinSeq_ = 0;

@@ -1,0 +1,17 @@
+#include "rendezvous/grpc_logging.h"
+
+#include <grpc/support/log.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+namespace ddprun {
+
+void routeGrpcLogsToSpdlog() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    gpr_set_log_function([](gpr_log_func_args* args) { spdlog::debug("grpc: {}", args->message); });
+  });
+}
+
+}  // namespace ddprun

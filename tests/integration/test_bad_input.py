@@ -1,0 +1,104 @@
+"""Bad command lines: exactly one line on stderr naming the problem, exit status 2, nothing
+started, within a second. Plus --help and --dry_run, which start nothing either."""
+
+import os
+
+from ddprun_testlib import DdprunTestCase, main
+
+
+class BadInputTest(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        # Would leave a file behind if any worker ever started.
+        self.prog = self.script("would_start.sh", 'touch "%s/started_$LOCAL_RANK"\nsleep 30\n' % self.tmp)
+        self.plain = self.write_file("plain_file.sh", "#!/bin/sh\nexit 0\n")  # not executable
+
+    def started(self):
+        return [f for f in os.listdir(self.tmp) if f.startswith("started_")]
+
+    def check_rejected(self, args, must_name, env=None):
+        job = self.start(args, env=env)
+        res = job.wait(10)
+        self.assert_exit(res, 2)
+        lines = res.stderr.splitlines()
+        self.assertEqual(len(lines), 1, "expected exactly one line on stderr\n" + res.describe())
+        for needle in must_name:
+            self.assertIn(needle, lines[0], "the error does not name %r\n%s" % (needle, res.describe()))
+        self.assert_no_crash_text(lines[0], res)
+        self.assertLess(res.elapsed, 1.0, "rejecting a bad command line took too long\n" + res.describe())
+        self.assertEqual(self.started(), [], "a worker was started\n" + res.describe())
+        self.assert_no_survivors(job, res, grace=0.5)
+
+    def test_nproc_per_node(self):
+        cases = [
+            (["--nproc_per_node=0"], ["nproc_per_node", "0"]),
+            (["--nproc_per_node=-1"], ["nproc_per_node", "-1"]),
+            (["--nproc-per-node", "1025"], ["nproc", "1025"]),
+            (["--nproc_per_node", "abc"], ["nproc_per_node", "abc"]),
+        ]
+        for flags, names in cases:
+            with self.subTest(flags=flags):
+                self.check_rejected(["--standalone"] + flags + [self.prog], names)
+
+    def test_nproc_per_node_from_pet_variable(self):
+        self.check_rejected(["--standalone", self.prog], ["abc"], env={"PET_NPROC_PER_NODE": "abc"})
+
+    def test_nnodes(self):
+        for value in ("3:2", "1:2:3", "0", "x"):
+            with self.subTest(nnodes=value):
+                self.check_rejected(["--standalone", "--nnodes=" + value, self.prog], ["nnodes", value])
+
+    def test_master_port(self):
+        self.check_rejected(["--master_port=70000", self.prog], ["master_port", "70000"])
+        self.check_rejected(["--master-port", "0", self.prog], ["master_port", "0"])
+
+    def test_other_numbers(self):
+        self.check_rejected(["--standalone", "--max_restarts=-1", self.prog], ["max_restarts", "-1"])
+        self.check_rejected(["--standalone", "--shutdown_timeout=soon", self.prog], ["shutdown_timeout", "soon"])
+        self.check_rejected(["--standalone", "--redirects=5", self.prog], ["redirects", "5"])
+        self.check_rejected(["--standalone", "--tee", "0:x", self.prog], ["tee", "0:x"])
+        self.check_rejected(["--standalone", "--local_ranks_filter=a", self.prog], ["local_ranks_filter"])
+
+    def test_other_values(self):
+        self.check_rejected(["--standalone", "--signals_to_handle=SIGFOO", self.prog], ["SIGFOO"])
+        self.check_rejected(["--standalone", "--log_line_prefix_template={bogus}", self.prog], ["{bogus}"])
+        self.check_rejected(["--standalone", "--rdzv_backend=carrier-pigeon", self.prog], ["carrier-pigeon"])
+        self.check_rejected(["--standalone", "--start_method=teleport", self.prog], ["teleport"])
+
+    def test_unusable_log_dir(self):
+        blocker = self.write_file("a_file", "not a folder\n")
+        self.check_rejected(["--standalone", "--log_dir", os.path.join(blocker, "logs"), self.prog], [blocker])
+
+    def test_missing_program(self):
+        self.check_rejected(["--standalone", "--nproc_per_node=2"], ["PROGRAM"])
+
+    def test_nonexistent_program(self):
+        missing = self.path("no_such_program")
+        self.check_rejected(["--standalone", missing], [missing])
+        self.check_rejected(["--standalone", "no-such-command-for-ddprun-test"], ["no-such-command-for-ddprun-test"])
+        missing_py = self.path("no_such_script.py")
+        self.check_rejected(["--standalone", missing_py], [missing_py])
+
+    def test_non_executable_program(self):
+        self.check_rejected(["--standalone", self.plain], [self.plain])
+
+    def test_directory_as_program(self):
+        self.check_rejected(["--standalone", self.tmp], [self.tmp])
+
+    def test_unknown_flag(self):
+        self.check_rejected(["--standalone", "--bogus_flag", self.prog], ["--bogus_flag"])
+        self.check_rejected(["--standalone", "--bogus_flag=3", self.prog], ["--bogus_flag"])
+
+    def test_module_and_no_python_conflict(self):
+        self.check_rejected(["--standalone", "-m", "--no_python", "json.tool"], ["no_python"])
+
+    def test_help_starts_nothing(self):
+        job = self.start(["--help"])
+        res = job.wait(10)
+        self.assert_exit(res, 0)
+        self.assertIn("--nproc_per_node", res.stdout + res.stderr)
+        self.assertEqual(self.started(), [])
+
+
+if __name__ == "__main__":
+    main()
