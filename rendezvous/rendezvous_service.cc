@@ -74,9 +74,12 @@ pb::ServerMessage rejection(pb::Rejected::Code code, const std::string& message)
   return msg;
 }
 
-// "ipv4:192.0.2.1:5000" -> "192.0.2.1"; "ipv6:[::1]:5000" -> "::1".
+// "ipv4:192.0.2.1:5000" -> "192.0.2.1"; "ipv6:[::1]:5000" or "ipv6:%5B::1%5D:5000" -> "::1".
 std::string peerHost(const std::string& peer) {
   std::string rest = peer.substr(peer.find(':') + 1);
+  for (auto [encoded, plain] : {std::pair{"%5B", "["}, std::pair{"%5D", "]"}}) {
+    for (size_t pos; (pos = rest.find(encoded)) != std::string::npos;) rest.replace(pos, 3, plain);
+  }
   if (!rest.empty() && rest[0] == '[') return rest.substr(1, rest.find(']') - 1);
   auto colon = rest.rfind(':');
   return colon == std::string::npos ? rest : rest.substr(0, colon);
