@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "agent/failure_report.h"
+#include "agent/hang_detector.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/error.h"
@@ -22,6 +23,10 @@ class ElasticAgent::Impl {
 
   void start(ElasticAgent* self, std::function<void(int)> onFinished) {
     onFinished_ = std::move(onFinished);
+    if (options_.hangTimeout.count() > 0) {
+      hangDetector_ = std::make_unique<HangDetector>(io_, options_.hangTimeout,
+                                                     [this](const HungRank& hung) { onHung(hung); });
+    }
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
@@ -100,6 +105,7 @@ class ElasticAgent::Impl {
     events.onSucceeded = [this] { onGroupSucceeded(); };
     events.onStopped = [this] { onGroupStopped(); };
     group_ = std::make_unique<WorkerGroup>(io_, supervisor_, std::move(specs), std::move(events));
+    if (hangDetector_) hangDetector_->arm();
     group_->start();
   }
 
@@ -130,6 +136,7 @@ class ElasticAgent::Impl {
     spec.request.executable = options_.executable;
     spec.request.args = options_.args;
     spec.request.env = buildWorkerEnv(envIn);
+    if (hangDetector_) spec.request.env.set("DDPRUN_HEARTBEAT_SOCKET", hangDetector_->socketName());
 
     const LogOptions& log = options_.log;
     int redirected = log.redirects.forRank(localRank);
@@ -144,10 +151,30 @@ class ElasticAgent::Impl {
     return spec;
   }
 
+  void onHung(const HungRank& hung) {
+    if (!group_ || groupStopped_ || firstFailure_ || stopSignal_) return;
+    int localRank = hung.rank - currentRound_.rankOffset;
+    auto pids = group_->pids();
+    if (localRank < 0 || localRank >= static_cast<int>(pids.size())) return;
+    WorkerExit exit;
+    exit.localRank = localRank;
+    exit.rank = hung.rank;
+    exit.pid = pids[localRank];
+    exit.time = std::chrono::system_clock::now();
+    exit.hangNote = "no heartbeat for " + std::to_string(hung.silentFor.count() / 1000.0).substr(0, 5) +
+                    "s after step " + std::to_string(hung.lastStep);
+    spdlog::warn("rank {} is hung ({})", hung.rank, exit.hangNote);
+    onWorkerFailed(exit);
+  }
+
   void onWorkerFailed(const WorkerExit& exit) {
     firstFailure_ = exit;
-    spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with exit code {}; stopping the others", exit.rank,
-                 exit.localRank, exit.pid, exit.signal ? "-" + std::to_string(exit.signal) : std::to_string(exit.exitCode));
+    if (hangDetector_) hangDetector_->disarm();
+    std::string how = !exit.hangNote.empty() ? "is hung"
+                      : exit.signal      ? "was killed by " + signalName(exit.signal)
+                                         : "failed with exit code " + std::to_string(exit.exitCode);
+    spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; stopping the others", exit.rank, exit.localRank, exit.pid,
+                 how);
     // Tell the rendezvous first, so that peers restart while this node is still stopping.
     rendezvous_.reportWorkerFailure(currentRound_.round);
     group_->stop(SIGTERM, options_.shutdownGrace);
@@ -221,6 +248,7 @@ class ElasticAgent::Impl {
   RoundInfo currentRound_;
   std::optional<RoundInfo> pendingRound_;
   std::optional<WorkerExit> firstFailure_;
+  std::unique_ptr<HangDetector> hangDetector_;
   std::optional<FailureReportInput> lastFailure_;
   std::optional<JobOutcome> jobClosed_;
   std::string closeReason_;

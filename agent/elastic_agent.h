@@ -32,6 +32,9 @@ struct AgentOptions {
   std::string host;
   bool virtualLocalRank = false;
   std::chrono::milliseconds shutdownGrace{30000};
+  // A rank whose SDK heartbeat stops this long is hung: the group is stopped and restarted within
+  // the budget. 0 = off.
+  std::chrono::milliseconds hangTimeout{0};
   LogOptions log;
   // Folder for per-attempt, per-rank files: error.json always, stdout.log/stderr.log when logs are
   // kept (LogOptions::logDir set, or redirects/tee ask for files).

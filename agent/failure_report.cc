@@ -34,6 +34,7 @@ std::string formatTime(std::chrono::system_clock::time_point t) {
 
 std::string describeExit(const WorkerExit& e) {
   if (!e.spawnError.empty()) return "127 (could not start: " + e.spawnError + ")";
+  if (!e.hangNote.empty()) return "124 (hung: " + e.hangNote + ")";
   if (e.signal != 0) return "-" + std::to_string(e.signal) + " (" + signalName(e.signal) + ")";
   return std::to_string(e.exitCode);
 }
@@ -83,6 +84,7 @@ std::string signalName(int sig) {
 }
 
 int exitStatusOf(const WorkerExit& exit) {
+  if (!exit.hangNote.empty()) return 124;  // as timeout(1)
   if (exit.signal != 0) return 128 + exit.signal;
   return exit.exitCode == 0 ? 1 : exit.exitCode;
 }

@@ -36,6 +36,7 @@ struct WorkerExit {
   int signal = 0;
   std::chrono::system_clock::time_point time;
   std::string spawnError;
+  std::string hangNote;  // set when the agent declared the worker hung (no heartbeat)
 
   bool succeeded() const { return exitCode == 0 && signal == 0; }
 };

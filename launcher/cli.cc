@@ -31,6 +31,7 @@ struct RawFlags {
   std::string maxRestarts = "0";
   std::string monitorInterval = "0.1";
   std::string shutdownTimeout = "30";
+  std::string hangTimeout = "0";
   std::string masterPort = "29500";
   std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   std::string redirects = "0";
@@ -203,6 +204,8 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   addFlagOption(app, "monitor_interval", raw.monitorInterval, "Accepted for torchrun compatibility; ddprun is event-driven");
   addFlagOption(app, "start_method", raw.startMethod, "Accepted for torchrun compatibility (spawn, fork, forkserver)");
   addFlagOption(app, "shutdown_timeout", raw.shutdownTimeout, "Seconds between SIGTERM and SIGKILL when stopping workers");
+  addFlagOption(app, "hang_timeout", raw.hangTimeout,
+                "Seconds without an SDK heartbeat after which a rank counts as hung (0: off)");
   addFlagOption(app, "signals_to_handle", raw.signalsToHandle, "Signals forwarded to the workers");
   addFlagOption(app, "role", cfg.role, "Role name of the workers (ROLE_NAME)");
   addSwitch(app, "module", cfg.module, "PROGRAM is a Python module, run as python -u -m PROGRAM", "-m");
@@ -253,6 +256,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     cfg.maxRestarts = parseIntFlag("--max_restarts", raw.maxRestarts, 0, 1000000);
     cfg.monitorIntervalSeconds = parseSecondsFlag("--monitor_interval", raw.monitorInterval);
     cfg.shutdownTimeoutSeconds = parseSecondsFlag("--shutdown_timeout", raw.shutdownTimeout);
+    cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", raw.hangTimeout);
     cfg.masterPort = parseIntFlag("--master_port", raw.masterPort, 1, 65535);
     cfg.masterPortGiven = app.count("--master_port") > 0 || std::getenv("PET_MASTER_PORT") != nullptr;
     cfg.signalsToHandle = parseSignals(raw.signalsToHandle);

@@ -43,6 +43,7 @@ struct LaunchConfig {
   int maxRestarts = 0;
   double monitorIntervalSeconds = 0.1;  // accepted for compatibility; exits are event-driven
   double shutdownTimeoutSeconds = 30;
+  double hangTimeoutSeconds = 0;  // 0 = off
   std::vector<int> signalsToHandle;
 
   // Logs

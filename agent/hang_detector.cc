@@ -1,0 +1,128 @@
+#include "agent/hang_detector.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/unique_fd.h"
+
+namespace ddprun {
+
+class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Impl> {
+ public:
+  Impl(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung)
+      : timeout_(timeout), onHung_(std::move(onHung)), descriptor_(io), timer_(io) {
+    UniqueFd sock(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock) throw DDPRUN_SYSTEM_ERROR("heartbeat socket");
+    std::random_device rd;
+    std::string abstract = "ddprun-hb-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, abstract.data(), abstract.size());  // sun_path[0] = 0: abstract
+    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract.size());
+    if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) throw DDPRUN_SYSTEM_ERROR("bind " + abstract);
+    name_ = "@" + abstract;
+    descriptor_.assign(sock.release());
+  }
+
+  void start() {
+    waitReadable();
+    scheduleCheck();
+  }
+
+  void stop() {
+    boost::system::error_code ignored;
+    timer_.cancel();
+    descriptor_.close(ignored);
+  }
+
+  const std::string& name() const { return name_; }
+
+  void arm() {
+    readAll();  // whatever is queued was sent by the previous attempt
+    beats_.clear();
+    armed_ = true;
+  }
+
+  void disarm() { armed_ = false; }
+
+ private:
+  struct Beat {
+    std::chrono::steady_clock::time_point at;
+    int64_t step = 0;
+  };
+
+  void waitReadable() {
+    descriptor_.async_wait(boost::asio::posix::descriptor_base::wait_read,
+                           [self = shared_from_this()](const boost::system::error_code& ec) {
+                             if (ec) return;
+                             self->readAll();
+                             self->waitReadable();
+                           });
+  }
+
+  void readAll() {
+    char buf[128];
+    while (true) {
+      ssize_t n = ::recv(descriptor_.native_handle(), buf, sizeof(buf) - 1, 0);
+      if (n <= 0) return;
+      if (!armed_) continue;
+      auto parts = split(trim(std::string_view(buf, static_cast<size_t>(n))), ' ');
+      if (parts.size() != 2) continue;
+      auto rank = parseInt(parts[0]);
+      auto step = parseInt(parts[1]);
+      if (!rank || !step || *rank < 0) continue;  // garbage from a confused client: ignored
+      beats_[static_cast<int>(*rank)] = Beat{std::chrono::steady_clock::now(), *step};
+    }
+  }
+
+  void scheduleCheck() {
+    timer_.expires_after(std::max(timeout_ / 4, std::chrono::milliseconds(10)));
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      self->check();
+      self->scheduleCheck();
+    });
+  }
+
+  void check() {
+    if (!armed_) return;
+    auto now = std::chrono::steady_clock::now();
+    for (const auto& [rank, beat] : beats_) {
+      auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat.at);
+      if (silent >= timeout_) {
+        armed_ = false;  // one report per attempt
+        onHung_(HungRank{rank, beat.step, silent});
+        return;
+      }
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  OnHung onHung_;
+  boost::asio::posix::stream_descriptor descriptor_;
+  boost::asio::steady_timer timer_;
+  std::string name_;
+  std::map<int, Beat> beats_;
+  bool armed_ = false;
+};
+
+HangDetector::HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung)
+    : impl_(std::make_shared<Impl>(io, timeout, std::move(onHung))) {
+  impl_->start();
+}
+HangDetector::~HangDetector() { impl_->stop(); }
+const std::string& HangDetector::socketName() const { return impl_->name(); }
+void HangDetector::arm() { impl_->arm(); }
+void HangDetector::disarm() { impl_->disarm(); }
+
+}  // namespace ddprun

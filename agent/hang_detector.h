@@ -1,0 +1,45 @@
+// Detects hung ranks: workers that use the SDK send "RANK STEP" datagrams to a unix socket named in
+// DDPRUN_HEARTBEAT_SOCKET; a rank that has beaten once and then stays silent for the timeout is
+// reported as hung (with its last step), so a stuck collective is found without waiting out its
+// own timeout. Ranks that never beat (programs without the SDK) are never reported.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun {
+
+struct HungRank {
+  int rank = 0;
+  int64_t lastStep = 0;
+  std::chrono::milliseconds silentFor{0};
+};
+
+class HangDetector {
+ public:
+  using OnHung = std::function<void(const HungRank&)>;
+
+  // Binds an abstract-namespace unix datagram socket. Throws SystemError.
+  HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung);
+  ~HangDetector();
+
+  // The value for DDPRUN_HEARTBEAT_SOCKET ("@" + abstract name).
+  const std::string& socketName() const;
+  // A new attempt starts: forget every rank and drop datagrams of the previous attempt.
+  void arm();
+  // Stop reporting (the group is stopping); arm() starts again.
+  void disarm();
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;  // shared with pending handlers
+};
+
+}  // namespace ddprun
