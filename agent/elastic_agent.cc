@@ -170,7 +170,8 @@ class ElasticAgent::Impl {
   void onWorkerFailed(const WorkerExit& exit) {
     firstFailure_ = exit;
     if (hangDetector_) hangDetector_->disarm();
-    std::string how = !exit.hangNote.empty() ? "is hung"
+    std::string how = !exit.spawnError.empty() ? "could not be started (" + exit.spawnError + ")"
+                      : !exit.hangNote.empty() ? "is hung"
                       : exit.signal      ? "was killed by " + signalName(exit.signal)
                                          : "failed with exit code " + std::to_string(exit.exitCode);
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; stopping the others", exit.rank, exit.localRank, exit.pid,

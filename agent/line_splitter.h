@@ -24,6 +24,7 @@ class LineSplitter {
  private:
   size_t maxLineBytes_;
   std::string partial_;
+  bool cutLine_ = false;  // the current line was already emitted in pieces
 };
 
 }  // namespace ddprun

@@ -57,6 +57,7 @@ std::string joinHostPort(const std::string& host, int port) {
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort) {
   std::string host = endpoint;
   std::string portText;
+  bool hasPort = false;
   if (!endpoint.empty() && endpoint[0] == '[') {
     auto close = endpoint.find(']');
     if (close == std::string::npos) throw ConfigError("endpoint '" + endpoint + "': missing ']'");
@@ -65,15 +66,17 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defau
     if (!rest.empty()) {
       if (rest[0] != ':') throw ConfigError("endpoint '" + endpoint + "': expected :PORT after ']'");
       portText = rest.substr(1);
+      hasPort = true;
     }
   } else if (std::count(endpoint.begin(), endpoint.end(), ':') == 1) {
     auto colon = endpoint.find(':');
     host = endpoint.substr(0, colon);
     portText = endpoint.substr(colon + 1);
+    hasPort = true;
   }
   if (host.empty()) throw ConfigError("endpoint '" + endpoint + "': missing host");
   int port = defaultPort;
-  if (!portText.empty()) {
+  if (hasPort) {
     auto parsed = parseInt(portText);
     if (!parsed || *parsed < 0 || *parsed > 65535) throw ConfigError("endpoint '" + endpoint + "': bad port");
     port = static_cast<int>(*parsed);

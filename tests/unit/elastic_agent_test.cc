@@ -1,0 +1,543 @@
+#include "agent/elastic_agent.h"
+
+#include <signal.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+
+#include "fake_process_supervisor.h"
+#include "rendezvous/local_rendezvous.h"
+#include "test_util.h"
+
+using ddprun::AgentOptions;
+using ddprun::ElasticAgent;
+using ddprun::LocalRendezvous;
+using ddprun::LocalRendezvousOptions;
+using ddprun::test::FakeProcessSupervisor;
+using ddprun::test::OutputCapture;
+using ddprun::test::TempDir;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct AgentSetup {
+  int nproc = 2;
+  int maxRestarts = 0;
+  int masterPort = 0;  // 0: the fake port finder hands out 50000, 50001, ...
+  std::chrono::milliseconds grace = 10s;
+  bool keepOutputFds = false;
+  ddprun::LogOptions log = {};
+  bool writeLogFiles = false;
+  bool virtualLocalRank = false;
+  std::string role = "default";
+};
+
+// An ElasticAgent over a fake supervisor and a LocalRendezvous, on an io_context the test drives.
+// stderr is captured (the failure summary and worker output land there).
+struct AgentHarness {
+  OutputCapture err{2};
+  boost::asio::io_context io;
+  TempDir runDir;
+  FakeProcessSupervisor supervisor;
+  int nextPort = 50000;
+  LocalRendezvous rendezvous;
+  std::unique_ptr<ElasticAgent> agent;
+  std::vector<int> statuses;
+
+  explicit AgentHarness(const AgentSetup& setup)
+      : supervisor(setup.keepOutputFds),
+        rendezvous(
+            LocalRendezvousOptions{setup.nproc, setup.maxRestarts, "127.0.0.1", setup.masterPort},
+            [this](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
+            [this](const std::string&) { return nextPort++; }) {
+    AgentOptions o;
+    o.programName = "train_prog";
+    o.executable = "/bin/true";
+    o.args = {"--epochs", "1"};
+    o.inherited.set("PATH", "/usr/bin:/bin");
+    o.inherited.set("MY_VAR", "kept");
+    o.nprocPerNode = setup.nproc;
+    o.maxRestarts = setup.maxRestarts;
+    o.runId = "test-run-id";
+    o.host = "testhost";
+    o.shutdownGrace = setup.grace;
+    o.runDir = runDir.path();
+    o.log = setup.log;
+    o.writeLogFiles = setup.writeLogFiles;
+    o.virtualLocalRank = setup.virtualLocalRank;
+    o.role = setup.role;
+    agent = std::make_unique<ElasticAgent>(io, rendezvous, supervisor, std::move(o));
+  }
+
+  ~AgentHarness() { agent.reset(); }
+
+  void start() {
+    agent->start([this](int status) { statuses.push_back(status); });
+    pump();
+  }
+
+  // Runs every ready handler, including those posted while running.
+  void pump() {
+    while (true) {
+      io.restart();
+      if (io.poll() == 0) return;
+    }
+  }
+
+  std::optional<int> status() const {
+    if (statuses.empty()) return std::nullopt;
+    return statuses.front();
+  }
+
+  std::string envOf(size_t spawnIndex, const std::string& name) const {
+    REQUIRE(spawnIndex < supervisor.spawned().size());
+    auto value = supervisor.spawned()[spawnIndex].request.env.get(name);
+    INFO("spawn " << spawnIndex << " variable " << name);
+    REQUIRE(value.has_value());
+    return *value;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("agent starts one worker per local rank with torchrun's environment", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  CHECK(h.supervisor.hasExitHandler());
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& request = h.supervisor.spawned()[i].request;
+    CHECK(request.executable == "/bin/true");
+    CHECK(request.args == std::vector<std::string>{"--epochs", "1"});
+    CHECK(h.envOf(i, "RANK") == std::to_string(i));
+    CHECK(h.envOf(i, "LOCAL_RANK") == std::to_string(i));
+    CHECK(h.envOf(i, "WORLD_SIZE") == "2");
+    CHECK(h.envOf(i, "LOCAL_WORLD_SIZE") == "2");
+    CHECK(h.envOf(i, "MASTER_ADDR") == "127.0.0.1");
+    CHECK(h.envOf(i, "MASTER_PORT") == "50000");
+    CHECK(h.envOf(i, "TORCHELASTIC_RESTART_COUNT") == "0");
+    CHECK(h.envOf(i, "TORCHELASTIC_RUN_ID") == "test-run-id");
+    CHECK(h.envOf(i, "DDPRUN_ROUND") == "0");
+    CHECK(h.envOf(i, "MY_VAR") == "kept");
+    std::string errorFile = h.envOf(i, "TORCHELASTIC_ERROR_FILE");
+    CHECK(errorFile == h.runDir.path() + "/attempt_0/" + std::to_string(i) + "/error.json");
+    CHECK(std::filesystem::is_directory(std::filesystem::path(errorFile).parent_path()));
+  }
+  CHECK_FALSE(h.status().has_value());
+}
+
+TEST_CASE("agent finishes with 0 when every worker exits 0", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.supervisor.exitProcess(1000, 0);
+  h.pump();
+  CHECK_FALSE(h.status().has_value());
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+  CHECK(h.supervisor.signals().empty());
+  CHECK(h.supervisor.spawned().size() == 2);
+  REQUIRE_FALSE(h.supervisor.sweeps().empty());
+  CHECK(h.supervisor.sweeps().back() == std::vector<pid_t>{1000, 1001});
+}
+
+TEST_CASE("agent stops the others when a worker fails and finishes with its exit code", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 0});
+  h.start();
+  h.supervisor.exitProcess(1001, 3);
+  h.pump();
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001).empty());
+  CHECK(h.supervisor.signalsTo(1002) == std::vector<int>{SIGTERM});
+  CHECK_FALSE(h.status().has_value());  // not before the others are gone
+
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK_FALSE(h.status().has_value());
+  h.supervisor.killProcess(1002, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{3});
+  CHECK(h.supervisor.spawned().size() == 3);  // no restart
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});  // no SIGKILL needed
+
+  std::string summary = h.err.text();
+  CHECK_THAT(summary, Catch::Contains("train_prog FAILED"));
+  CHECK_THAT(summary, Catch::Contains("rank      : 1 (local_rank: 1)"));
+  CHECK_THAT(summary, Catch::Contains("exitcode  : 3"));
+  CHECK_THAT(summary, Catch::Contains("pid       : 1001"));
+  CHECK_THAT(summary, Catch::Contains("testhost"));
+  CHECK_THAT(summary, !Catch::Contains("Other failures"));  // SIGTERMed workers were stopped, not failed
+}
+
+TEST_CASE("agent finishes with 128+N when a worker is killed by signal N", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 0});
+  h.start();
+  h.supervisor.killProcess(1000, SIGKILL);
+  h.pump();
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{137});
+  CHECK_THAT(h.err.text(), Catch::Contains("SIGKILL"));
+}
+
+TEST_CASE("agent with one worker that fails finishes with its exit code", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 0});
+  h.start();
+  h.supervisor.exitProcess(1000, 42);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{42});
+  CHECK(h.supervisor.signals().empty());
+}
+
+TEST_CASE("agent restarts the workers while the budget lasts, then fails with the last code", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 2});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+
+  // Attempt 0 fails.
+  h.supervisor.exitProcess(1000, 3);
+  h.pump();
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.spawned().size() == 2);  // not before the old workers are gone
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  CHECK(h.supervisor.lastPids(2) == std::vector<pid_t>{1002, 1003});
+  for (size_t i : {2, 3}) {
+    CHECK(h.envOf(i, "TORCHELASTIC_RESTART_COUNT") == "1");
+    CHECK(h.envOf(i, "TORCHELASTIC_MAX_RESTARTS") == "2");
+    CHECK(h.envOf(i, "DDPRUN_ROUND") == "1");
+    CHECK(h.envOf(i, "MASTER_PORT") == "50001");  // a fresh port for the new round
+    CHECK(h.envOf(i, "RANK") == std::to_string(i - 2));
+    CHECK_THAT(h.envOf(i, "TORCHELASTIC_ERROR_FILE"), Catch::Contains("/attempt_1/"));
+  }
+  CHECK_FALSE(h.status().has_value());
+
+  // Attempt 1 fails.
+  h.supervisor.exitProcess(1003, 4);
+  h.pump();
+  CHECK(h.supervisor.signalsTo(1002) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1002, SIGTERM);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 6);
+  CHECK(h.envOf(4, "TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(h.envOf(5, "DDPRUN_ROUND") == "2");
+  CHECK(h.envOf(5, "MASTER_PORT") == "50002");
+
+  // Attempt 2 fails: the budget is spent.
+  h.supervisor.exitProcess(1004, 5);
+  h.pump();
+  CHECK(h.supervisor.signalsTo(1005) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1005, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{5});
+  CHECK(h.supervisor.spawned().size() == 6);
+  CHECK_THAT(h.err.text(), Catch::Contains("exitcode  : 5"));
+}
+
+TEST_CASE("agent succeeds when a restarted attempt succeeds", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 1});
+  h.start();
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  h.supervisor.exitProcess(1000, 0);  // exited by itself while being stopped
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  h.supervisor.exitProcess(1002, 0);
+  h.supervisor.exitProcess(1003, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+}
+
+TEST_CASE("two workers failing together cost one restart, not two", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 3});
+  h.start();
+  h.supervisor.exitProcess(1000, 1);
+  h.supervisor.exitProcess(1001, 2);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  CHECK(h.envOf(2, "TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(h.envOf(2, "DDPRUN_ROUND") == "1");
+  // 1001 was still running when 1000's failure arrived; its own failure came during the stop.
+  CHECK(h.supervisor.signalsTo(1000).empty());
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+}
+
+TEST_CASE("a fixed master port is kept across restarts", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 1, .masterPort = 29500});
+  h.start();
+  CHECK(h.envOf(0, "MASTER_PORT") == "29500");
+  h.supervisor.exitProcess(1000, 1);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  CHECK(h.envOf(1, "MASTER_PORT") == "29500");
+  CHECK(h.nextPort == 50000);  // no port was searched
+}
+
+TEST_CASE("agent forwards SIGTERM to every worker and finishes with 143", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 3});
+  h.start();
+  h.agent->handleSignal(SIGTERM);
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  h.pump();
+  CHECK_FALSE(h.status().has_value());
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.supervisor.exitProcess(1001, 1);  // a worker's own exit while stopping is no failure
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{143});
+  CHECK(h.supervisor.spawned().size() == 2);  // a signal never restarts
+}
+
+TEST_CASE("a second SIGINT within a second sends SIGKILL at once", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.agent->handleSignal(SIGINT);
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGINT});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGINT});
+  h.agent->handleSignal(SIGINT);
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGINT, SIGKILL});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGINT, SIGKILL});
+  h.supervisor.killProcess(1000, SIGKILL);
+  h.supervisor.killProcess(1001, SIGKILL);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{130});
+}
+
+TEST_CASE("workers that ignore a forwarded signal get SIGKILL after the grace", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .grace = 20ms});
+  h.start();
+  h.agent->handleSignal(SIGTERM);
+  h.io.restart();
+  h.io.run_for(2s);  // returns once the kill timer has fired
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM, SIGKILL});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM, SIGKILL});
+  h.supervisor.killProcess(1000, SIGKILL);
+  h.supervisor.killProcess(1001, SIGKILL);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{143});
+}
+
+TEST_CASE("a signal before the workers start finishes at once and starts nothing", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.agent->start([&h](int status) { h.statuses.push_back(status); });
+  h.agent->handleSignal(SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{143});
+  CHECK(h.supervisor.spawned().empty());
+}
+
+TEST_CASE("agent finishes exactly once", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  h.start();
+  h.supervisor.exitProcess(1000, 0);
+  h.pump();
+  h.agent->handleSignal(SIGTERM);
+  h.agent->onJobClosed(ddprun::JobOutcome::kFailed, "late");
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+  CHECK(h.supervisor.signals().empty());
+}
+
+TEST_CASE("a worker that cannot be spawned fails the job with 127", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.supervisor.failSpawnNumber(1);
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 1);
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{127});
+  CHECK_THAT(h.err.text(), Catch::Contains("could not start"));
+}
+
+TEST_CASE("the failure summary shows the worker's error file and last stderr lines", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .keepOutputFds = true});
+  h.start();
+  std::string errorFile = h.envOf(1, "TORCHELASTIC_ERROR_FILE");
+  ddprun::test::writeFile(errorFile,
+                          R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": )"
+                          R"("Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: boom", )"
+                          R"("timestamp": "1700000000"}}})");
+  REQUIRE(h.supervisor.writeStderr(1001, "loading data\nabout to raise\n"));
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{1});
+  std::string text = h.err.text();
+  CHECK_THAT(text, Catch::Contains("[default1]:about to raise"));  // the console copy
+  CHECK_THAT(text, Catch::Contains("message   : ValueError: boom"));
+  CHECK_THAT(text, Catch::Contains("Traceback (most recent call last):"));
+  CHECK_THAT(text, Catch::Contains("File \"train.py\", line 9"));
+  CHECK_THAT(text, Catch::Contains(errorFile));
+  CHECK_THAT(text, Catch::Contains("stderr (last 2 lines):\n      loading data\n      about to raise\n"));
+}
+
+TEST_CASE("the failure summary lists other workers that failed on their own", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 3});
+  h.start();
+  h.supervisor.exitProcess(1000, 3);
+  h.pump();
+  h.supervisor.exitProcess(1001, 4);   // failed by itself while being stopped
+  h.supervisor.killProcess(1002, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{3});
+  std::string text = h.err.text();
+  CHECK_THAT(text, Catch::Contains("rank 1 (local_rank: 1): exitcode 4"));
+  CHECK_THAT(text, !Catch::Contains("rank 2 (local_rank: 2)"));
+}
+
+TEST_CASE("a stale error file from an earlier run is removed before the workers start", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  std::string stale = h.runDir.path() + "/attempt_0/0/error.json";
+  std::filesystem::create_directories(std::filesystem::path(stale).parent_path());
+  ddprun::test::writeFile(stale, R"({"message": "STALE MESSAGE"})");
+  h.start();
+  CHECK_FALSE(std::filesystem::exists(stale));
+  h.supervisor.exitProcess(1000, 2);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{2});
+  CHECK_THAT(h.err.text(), !Catch::Contains("STALE MESSAGE"));
+}
+
+TEST_CASE("an interrupted round stops the workers and the next round starts them again", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.agent->onRoundInterrupted(7, "a round that is not running");
+  CHECK(h.supervisor.signals().empty());
+  h.agent->onRoundInterrupted(0, "a peer left");
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+
+  ddprun::RoundInfo next;
+  next.round = 1;
+  next.restartCount = 0;
+  next.groupRank = 1;
+  next.groupWorldSize = 2;
+  next.rankOffset = 2;
+  next.worldSize = 4;
+  next.masterAddr = "10.0.0.1";
+  next.masterPort = 29501;
+  h.agent->onRoundReady(next);
+  CHECK(h.supervisor.spawned().size() == 2);  // not while the old workers live
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  CHECK(h.envOf(2, "RANK") == "2");
+  CHECK(h.envOf(3, "RANK") == "3");
+  CHECK(h.envOf(3, "LOCAL_RANK") == "1");
+  CHECK(h.envOf(3, "WORLD_SIZE") == "4");
+  CHECK(h.envOf(3, "GROUP_RANK") == "1");
+  CHECK(h.envOf(3, "MASTER_ADDR") == "10.0.0.1");
+  CHECK(h.envOf(3, "DDPRUN_ROUND") == "1");
+  CHECK_FALSE(h.status().has_value());
+}
+
+TEST_CASE("an exit of a pid the agent does not know is ignored", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  h.start();
+  h.supervisor.exitProcess(4242, 1);
+  h.pump();
+  CHECK_FALSE(h.status().has_value());
+  CHECK(h.supervisor.signals().empty());
+  h.supervisor.exitProcess(1000, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+}
+
+TEST_CASE("agent passes the role and virtual local rank to the workers", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .virtualLocalRank = true, .role = "trainer"});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  CHECK(h.envOf(1, "ROLE_NAME") == "trainer");
+  CHECK(h.envOf(1, "LOCAL_RANK") == "0");
+  CHECK(h.envOf(1, "RANK") == "1");
+  CHECK(h.envOf(1, "CUDA_VISIBLE_DEVICES") == "1");
+}
+
+TEST_CASE("redirects send a worker's output to its files, not to the console", "[agent][logs]") {
+  ddprun::LogOptions log;
+  log.redirects = ddprun::StreamSpec::parse("0:1", "--redirects");  // rank 0's stdout: file only
+  log.tee = ddprun::StreamSpec::parse("0:2", "--tee");              // rank 0's stderr: file and console
+  log.prefixTemplate = "<{rank}>";
+  OutputCapture out(1);
+  AgentHarness h(AgentSetup{.nproc = 2, .keepOutputFds = true, .log = log});
+  h.start();
+  REQUIRE(h.supervisor.writeStdout(1000, "rank0 stdout\n"));
+  REQUIRE(h.supervisor.writeStderr(1000, "rank0 stderr\n"));
+  REQUIRE(h.supervisor.writeStdout(1001, "rank1 stdout\n"));
+  h.supervisor.exitProcess(1000, 0);
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+  std::string dir0 = h.runDir.path() + "/attempt_0/0/";
+  std::string dir1 = h.runDir.path() + "/attempt_0/1/";
+  CHECK(ddprun::test::readFile(dir0 + "stdout.log") == "rank0 stdout\n");  // raw, unprefixed
+  CHECK(ddprun::test::readFile(dir0 + "stderr.log") == "rank0 stderr\n");
+  CHECK_FALSE(std::filesystem::exists(dir1 + "stdout.log"));  // rank 1 asked for no files
+  CHECK_FALSE(std::filesystem::exists(dir1 + "stderr.log"));
+  std::string console = out.text();
+  out.restore();
+  CHECK_THAT(console, !Catch::Contains("rank0 stdout"));
+  CHECK_THAT(console, Catch::Contains("<1>rank1 stdout\n"));
+  CHECK_THAT(h.err.text(), Catch::Contains("<0>rank0 stderr\n"));
+}
+
+TEST_CASE("local_ranks_filter hides the other ranks from the console, --log_dir keeps files", "[agent][logs]") {
+  ddprun::LogOptions log;
+  log.consoleRanks = {1};
+  AgentHarness h(AgentSetup{.nproc = 2, .keepOutputFds = true, .log = log, .writeLogFiles = true});
+  h.start();
+  REQUIRE(h.supervisor.writeStderr(1000, "from rank zero\n"));
+  REQUIRE(h.supervisor.writeStderr(1001, "from rank one\n"));
+  h.supervisor.exitProcess(1000, 0);
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  std::string console = h.err.text();
+  CHECK_THAT(console, !Catch::Contains("from rank zero"));
+  CHECK_THAT(console, Catch::Contains("[default1]:from rank one\n"));
+  CHECK(ddprun::test::readFile(h.runDir.path() + "/attempt_0/0/stderr.log") == "from rank zero\n");
+  CHECK(std::filesystem::exists(h.runDir.path() + "/attempt_0/0/stdout.log"));
+}
+
+TEST_CASE("a signal while workers are stopped for a restart finishes without restarting", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 3});
+  h.start();
+  h.supervisor.exitProcess(1000, 1);  // the next round is announced...
+  h.pump();
+  h.agent->handleSignal(SIGHUP);       // ...but the user stops the job before it starts
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{128 + SIGHUP});
+  CHECK(h.supervisor.spawned().size() == 2);
+}
+
+TEST_CASE("a repeated SIGTERM sends the workers no second signal", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  h.start();
+  h.agent->handleSignal(SIGTERM);
+  h.agent->handleSignal(SIGTERM);
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{143});
+}
+
+TEST_CASE("a job closed as failed by the rendezvous stops the workers and finishes with 1", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.agent->onJobClosed(ddprun::JobOutcome::kFailed, "a worker on another node failed");
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{1});
+}

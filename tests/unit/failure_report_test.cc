@@ -1,0 +1,155 @@
+#include "agent/failure_report.h"
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "test_util.h"
+
+using ddprun::ErrorFileContent;
+using ddprun::exitStatusOf;
+using ddprun::formatFailureReport;
+using ddprun::readErrorFile;
+using ddprun::signalName;
+using ddprun::WorkerExit;
+using ddprun::test::TempDir;
+using ddprun::test::writeFile;
+
+TEST_CASE("readErrorFile reads torchrun's nested JSON format", "[agent][report]") {
+  TempDir dir;
+  const std::string path = dir.file("error.json");
+  writeFile(path,
+            R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": )"
+            R"("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: boom\n", )"
+            R"("timestamp": "1700000000"}}})");
+  auto content = readErrorFile(path);
+  REQUIRE(content.has_value());
+  CHECK(content->message == "ValueError: boom");
+  CHECK(content->traceback ==
+        "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: boom\n");
+  CHECK(content->timestamp == "1700000000");
+}
+
+TEST_CASE("readErrorFile accepts a numeric timestamp", "[agent][report]") {
+  TempDir dir;
+  const std::string path = dir.file("error.json");
+  writeFile(path, R"({"message": {"message": "RuntimeError: x", "extraInfo": {"timestamp": 1700000001}}})");
+  auto content = readErrorFile(path);
+  REQUIRE(content.has_value());
+  CHECK(content->message == "RuntimeError: x");
+  CHECK(content->timestamp == "1700000001");
+  CHECK(content->traceback.empty());
+}
+
+TEST_CASE("readErrorFile reads a plain message", "[agent][report]") {
+  TempDir dir;
+  const std::string path = dir.file("error.json");
+  writeFile(path, R"({"message": "plain"})");
+  auto content = readErrorFile(path);
+  REQUIRE(content.has_value());
+  CHECK(content->message == "plain");
+  CHECK(content->traceback.empty());
+}
+
+TEST_CASE("readErrorFile returns text that is not such JSON as it is", "[agent][report]") {
+  TempDir dir;
+  const std::string path = dir.file("error.json");
+  writeFile(path, "  worker wrote this, not JSON\n");
+  auto content = readErrorFile(path);
+  REQUIRE(content.has_value());
+  CHECK(content->message == "worker wrote this, not JSON");
+
+  writeFile(path, R"({"other": 1})");
+  content = readErrorFile(path);
+  REQUIRE(content.has_value());
+  CHECK(content->message == R"({"other": 1})");
+}
+
+TEST_CASE("readErrorFile gives nullopt for a missing or empty file", "[agent][report]") {
+  TempDir dir;
+  CHECK_FALSE(readErrorFile(dir.file("missing.json")).has_value());
+  CHECK_FALSE(readErrorFile("").has_value());
+  writeFile(dir.file("empty.json"), " \n");
+  CHECK_FALSE(readErrorFile(dir.file("empty.json")).has_value());
+}
+
+TEST_CASE("signalName names signals the usual way", "[agent][report]") {
+  CHECK(signalName(9) == "SIGKILL");
+  CHECK(signalName(SIGTERM) == "SIGTERM");
+  CHECK(signalName(SIGSEGV) == "SIGSEGV");
+  CHECK(signalName(99) == "signal 99");
+}
+
+TEST_CASE("exitStatusOf gives the exit code, or 128+N for signal N", "[agent][report]") {
+  WorkerExit exited;
+  exited.exitCode = 3;
+  CHECK(exitStatusOf(exited) == 3);
+
+  WorkerExit killed;
+  killed.exitCode = -1;
+  killed.signal = 9;
+  CHECK(exitStatusOf(killed) == 137);
+
+  killed.signal = SIGTERM;
+  CHECK(exitStatusOf(killed) == 143);
+}
+
+TEST_CASE("formatFailureReport names the failing worker, its error and its stderr", "[agent][report]") {
+  ddprun::FailureReportInput in;
+  in.program = "train.py";
+  in.host = "node-a17";
+  in.first.localRank = 1;
+  in.first.rank = 9;
+  in.first.pid = 43210;
+  in.first.exitCode = 3;
+  in.first.time = std::chrono::system_clock::now();
+  in.errorFile = "/tmp/run/attempt_0/1/error.json";
+  in.error = ErrorFileContent{"ValueError: boom", "Traceback (most recent call last):\n  File \"train.py\"\nValueError: boom", "1700000000"};
+  in.stderrTail = {"warming up", "about to fail"};
+  WorkerExit other;
+  other.localRank = 0;
+  other.rank = 8;
+  other.exitCode = 5;
+  in.others = {other};
+
+  std::string report = formatFailureReport(in);
+  CHECK_THAT(report, Catch::Contains("train.py FAILED"));
+  CHECK_THAT(report, Catch::Contains("node-a17"));
+  CHECK_THAT(report, Catch::Contains("rank      : 9 (local_rank: 1)"));
+  CHECK_THAT(report, Catch::Contains("43210"));
+  CHECK_THAT(report, Catch::Contains("exitcode  : 3"));
+  CHECK_THAT(report, Catch::Contains("/tmp/run/attempt_0/1/error.json"));
+  CHECK_THAT(report, Catch::Contains("ValueError: boom"));
+  CHECK_THAT(report, Catch::Contains("Traceback (most recent call last):"));
+  CHECK_THAT(report, Catch::Contains("File \"train.py\""));
+  CHECK_THAT(report, Catch::Contains("warming up"));
+  CHECK_THAT(report, Catch::Contains("about to fail"));
+  CHECK_THAT(report, Catch::Contains("rank 8 (local_rank: 0): exitcode 5"));
+}
+
+TEST_CASE("formatFailureReport shows a signal by number and name", "[agent][report]") {
+  ddprun::FailureReportInput in;
+  in.program = "/bin/worker";
+  in.host = "h";
+  in.first.localRank = 0;
+  in.first.rank = 0;
+  in.first.pid = 77;
+  in.first.exitCode = -1;
+  in.first.signal = 9;
+  std::string report = formatFailureReport(in);
+  CHECK_THAT(report, Catch::Contains("-9 (SIGKILL)"));
+  CHECK_THAT(report, !Catch::Contains("message   :"));  // no error file, no message line
+  CHECK_THAT(report, !Catch::Contains("stderr (last"));
+}
+
+TEST_CASE("formatFailureReport explains a worker that could not start", "[agent][report]") {
+  ddprun::FailureReportInput in;
+  in.program = "/bin/worker";
+  in.host = "h";
+  in.first.exitCode = 127;
+  in.first.spawnError = "exec failed: Permission denied";
+  std::string report = formatFailureReport(in);
+  CHECK_THAT(report, Catch::Contains("127"));
+  CHECK_THAT(report, Catch::Contains("exec failed: Permission denied"));
+  CHECK_THAT(report, !Catch::Contains("pid       :"));  // it never had one
+}

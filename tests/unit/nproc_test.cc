@@ -1,0 +1,70 @@
+#include "launcher/nproc.h"
+
+#include <catch2/catch.hpp>
+
+#include "common/error.h"
+
+using ddprun::ConfigError;
+using ddprun::DeviceCounts;
+using ddprun::resolveNprocPerNode;
+
+namespace {
+
+// Counts that also record whether anyone asked.
+struct FakeCounts {
+  int gpus = 0;
+  int cpus = 0;
+  int gpuQueries = 0;
+  int cpuQueries = 0;
+
+  DeviceCounts counts() {
+    return DeviceCounts{[this] {
+                          ++gpuQueries;
+                          return gpus;
+                        },
+                        [this] {
+                          ++cpuQueries;
+                          return cpus;
+                        }};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("nproc_per_node takes numbers from 1 to 1024", "[cli]") {
+  FakeCounts fake{4, 16};
+  CHECK(resolveNprocPerNode("1", fake.counts()) == 1);
+  CHECK(resolveNprocPerNode("8", fake.counts()) == 8);
+  CHECK(resolveNprocPerNode("1024", fake.counts()) == 1024);
+  CHECK(fake.gpuQueries == 0);  // a number needs no device count
+  CHECK(fake.cpuQueries == 0);
+}
+
+TEST_CASE("nproc_per_node rejects numbers out of range and non-numbers", "[cli]") {
+  FakeCounts fake{4, 16};
+  for (const char* bad : {"0", "-1", "1025", "99999999999999999999", "abc", "", "4x", "2.0", "GPU"}) {
+    INFO("value '" << bad << "'");
+    CHECK_THROWS_AS(resolveNprocPerNode(bad, fake.counts()), ConfigError);
+  }
+  CHECK_THROWS_WITH(resolveNprocPerNode("1025", fake.counts()), Catch::Contains("1024"));
+  CHECK_THROWS_WITH(resolveNprocPerNode("abc", fake.counts()), Catch::Contains("abc"));
+}
+
+TEST_CASE("nproc_per_node=cpu counts CPUs", "[cli]") {
+  FakeCounts fake{4, 16};
+  CHECK(resolveNprocPerNode("cpu", fake.counts()) == 16);
+}
+
+TEST_CASE("nproc_per_node=gpu counts GPUs and fails without any", "[cli]") {
+  FakeCounts withGpus{4, 16};
+  CHECK(resolveNprocPerNode("gpu", withGpus.counts()) == 4);
+  FakeCounts noGpus{0, 16};
+  CHECK_THROWS_AS(resolveNprocPerNode("gpu", noGpus.counts()), ConfigError);
+}
+
+TEST_CASE("nproc_per_node=auto prefers GPUs, then CPUs", "[cli]") {
+  FakeCounts withGpus{2, 16};
+  CHECK(resolveNprocPerNode("auto", withGpus.counts()) == 2);
+  FakeCounts noGpus{0, 16};
+  CHECK(resolveNprocPerNode("auto", noGpus.counts()) == 16);
+}
