@@ -91,7 +91,19 @@ class ElasticAgent::Impl {
     startGroup(round);
   }
 
-  void startGroup(const RoundInfo& round) {
+  void startGroup(RoundInfo round) {
+    if (round.storeAddr.empty()) {
+      // Single node: the workers' store is a folder per round (the SDK's file store); nothing to
+      // serve, and a restarted group starts from an empty folder.
+      namespace fs = std::filesystem;
+      fs::path dir = fs::path(options_.runDir) / "store" / ("round_" + std::to_string(round.round));
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      fs::create_directories(dir, ec);
+      if (ec) throw ConfigError("cannot create " + dir.string() + ": " + ec.message());
+      round.storeAddr = "file://" + dir.string();
+      round.storePrefix = "/run/" + options_.runId + "/round/" + std::to_string(round.round) + "/";
+    }
     currentRound_ = round;
     groupStopped_ = false;
     firstFailure_.reset();

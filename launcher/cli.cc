@@ -158,12 +158,16 @@ void checkResolvable(const std::string& host) {
   ::freeaddrinfo(results);
 }
 
+// A version-4 UUID, as torchrun's str(uuid.uuid4()).
 std::string randomRunId() {
   std::random_device rd;
   std::string hex;
   const char* digits = "0123456789abcdef";
   for (int i = 0; i < 32; ++i) {
-    hex += digits[rd() & 0xf];
+    unsigned nibble = rd() & 0xf;
+    if (i == 12) nibble = 4;                  // version
+    if (i == 16) nibble = 8 | (nibble & 3);   // RFC 4122 variant
+    hex += digits[nibble];
     if (i == 7 || i == 11 || i == 15 || i == 19) hex += '-';
   }
   return hex;
