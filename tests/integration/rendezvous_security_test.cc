@@ -607,7 +607,7 @@ TEST_CASE("security: a server without a token accepts a client that sends one", 
   requireUndisturbed(*job);
 }
 
-TEST_CASE("security: another run id is another job; the same run id with other rules is refused", "[security]") {
+TEST_CASE("security: another run id is another job, and the same run id with other rules is refused", "[security]") {
   Watchdog dog(60s, "run ids and rules");
   TestServer server;
   auto job = startRunningJob(server);

@@ -71,10 +71,17 @@ class RestartTest(DdprunTestCase):
 
     def test_python_worker_restarts_from_env(self):
         prog = self.write_file("restart.py", """
-            import os, sys
+            import os, sys, time
+            tmp = %r
             count = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-            with open(os.path.join(%r, "py_attempts_" + os.environ["LOCAL_RANK"]), "a") as f:
+            with open(os.path.join(tmp, "py_attempts_" + os.environ["LOCAL_RANK"]), "a") as f:
                 f.write("%%d\\n" %% count)
+            # Fail only once both ranks recorded this attempt: a fast failure would stop the other
+            # rank before its interpreter even started (right for ddprun, but not what this tests).
+            deadline = time.time() + 20
+            while time.time() < deadline and not all(
+                    os.path.exists(os.path.join(tmp, "py_attempts_%%d" %% r)) for r in (0, 1)):
+                time.sleep(0.01)
             sys.exit(0 if count >= 1 else 8)
             """ % self.tmp)
         res = self.run_job(["--standalone", "--nproc_per_node=2", "--max_restarts=1", prog])

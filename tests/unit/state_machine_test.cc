@@ -498,7 +498,7 @@ TEST_CASE("fencing: reports naming an older round are refused without effect", "
   CHECK(s.phase() == Phase::kRunning);
 }
 
-TEST_CASE("fencing: a report before any round is stale; an unknown node is not joined", "[rendezvous]") {
+TEST_CASE("fencing: a report before any round is stale, and an unknown node is not joined", "[rendezvous]") {
   RendezvousState s("job", rules(2, 2, 3), sec(0));
   CHECK(join(s, "a", sec(1)).empty());
   CHECK(render(s.workerFailed("a", 0, sec(2))) == Lines{rejected("a", RejectCode::kStaleRound, false)});
@@ -612,7 +612,7 @@ TEST_CASE("a join while a full round runs stands by until a member leaves", "[re
 
 // ---- 9. interleavings -----------------------------------------------------------------------------
 
-TEST_CASE("interleaving: a node dying during the last call cancels it; the next join starts a new one",
+TEST_CASE("interleaving: a node dying during the last call cancels it, and the next join starts a new one",
           "[rendezvous]") {
   RendezvousState s("job", rules(2, 3), sec(0));
   CHECK(join(s, "a", sec(1)).empty());
@@ -832,7 +832,7 @@ TEST_CASE("validateRules accepts a normal config and rejects impossible ones", "
 
 // ---- 12. nextDeadline -----------------------------------------------------------------------------
 
-TEST_CASE("nextDeadline: the earliest heartbeat expiry or gathering deadline; none after close",
+TEST_CASE("nextDeadline: the earliest heartbeat expiry or gathering deadline, none after close",
           "[rendezvous]") {
   RendezvousState s("job", rules(2, 3), sec(0));
   CHECK(s.nextDeadline() == sec(600));  // nobody yet: the join timeout
