@@ -4,10 +4,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/unique_fd.h"
 
 namespace ddprun {
@@ -44,6 +46,41 @@ int findFreePort(const std::string& host) {
   }
   ::freeaddrinfo(results);
   throw ConnectionError("cannot bind a port on '" + host + "': " + lastError);
+}
+
+std::string joinHostPort(const std::string& host, int port) {
+  bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort) {
+  std::string host = endpoint;
+  std::string portText;
+  bool hasPort = false;
+  if (!endpoint.empty() && endpoint[0] == '[') {
+    auto close = endpoint.find(']');
+    if (close == std::string::npos) throw ConfigError("endpoint '" + endpoint + "': missing ']'");
+    host = endpoint.substr(1, close - 1);
+    std::string rest = endpoint.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') throw ConfigError("endpoint '" + endpoint + "': expected :PORT after ']'");
+      portText = rest.substr(1);
+      hasPort = true;
+    }
+  } else if (std::count(endpoint.begin(), endpoint.end(), ':') == 1) {
+    auto colon = endpoint.find(':');
+    host = endpoint.substr(0, colon);
+    portText = endpoint.substr(colon + 1);
+    hasPort = true;
+  }
+  if (host.empty()) throw ConfigError("endpoint '" + endpoint + "': missing host");
+  int port = defaultPort;
+  if (hasPort) {
+    auto parsed = parseInt(portText);
+    if (!parsed || *parsed < 0 || *parsed > 65535) throw ConfigError("endpoint '" + endpoint + "': bad port");
+    port = static_cast<int>(*parsed);
+  }
+  return {host, port};
 }
 
 }  // namespace ddprun

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 namespace ddprun {
 
@@ -12,5 +13,11 @@ std::string hostName();
 // hand the same ephemeral port out again soon, which is the same guarantee torchrun relies on.
 // Throws ConnectionError naming the host when it cannot be resolved or bound.
 int findFreePort(const std::string& host);
+
+// "host", "host:port", "[v6]:port", "v6addr" -> host and port (defaultPort when absent). Throws
+// ConfigError on a malformed endpoint or port.
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort);
+// Joins host and port, bracketing IPv6 hosts.
+std::string joinHostPort(const std::string& host, int port);
 
 }  // namespace ddprun

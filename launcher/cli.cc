@@ -18,7 +18,7 @@
 #include "common/strings.h"
 #include "launcher/nproc.h"
 #include "launcher/program.h"
-#include "rendezvous/rendezvous_server.h"
+#include "common/net.h"
 
 namespace ddprun {
 namespace {

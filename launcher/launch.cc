@@ -18,13 +18,7 @@
 #include "agent/worker_env.h"
 #include "common/error.h"
 #include "common/net.h"
-#include "common/strings.h"
-#include "rendezvous/grpc_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
-#include "rendezvous/rendezvous_server.h"
-
-#include <fstream>
-#include <unistd.h>
 
 namespace ddprun {
 namespace {
@@ -92,67 +86,9 @@ LocalRendezvousOptions rendezvousOptions(const LaunchConfig& cfg) {
   return o;
 }
 
-std::string readToken(const LaunchConfig& cfg) {
-  if (!cfg.tokenFile.empty()) {
-    std::ifstream in(cfg.tokenFile);
-    std::string token;
-    std::getline(in, token);
-    token = std::string(trim(token));
-    if (token.empty()) throw ConfigError("--rdzv_conf token_file " + cfg.tokenFile + " is empty");
-    return token;
-  }
-  const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
-  return env ? env : "";
-}
-
-Micros seconds(double s) { return Micros(static_cast<int64_t>(s * 1e6)); }
-
-// The multi-node rendezvous: this node hosts the server when asked (static node 0, is_host=1), or,
-// when unsaid, when the endpoint is a free address of this machine (as torchrun's c10d does).
-struct MultiNodeRendezvous {
-  std::unique_ptr<RendezvousServer> server;
-  std::unique_ptr<GrpcRendezvous> client;
-};
-
-MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, boost::asio::io_context& io) {
-  MultiNodeRendezvous out;
-  std::string token = readToken(cfg);
-  RendezvousServerOptions serverOptions{cfg.endpointHost, cfg.endpointPort, token};
-  if (cfg.isHost.value_or(false)) {
-    out.server = std::make_unique<RendezvousServer>(serverOptions);
-  } else if (!cfg.isHost.has_value()) {
-    try {
-      out.server = std::make_unique<RendezvousServer>(serverOptions);
-    } catch (const ConnectionError& e) {
-      spdlog::debug("not hosting the rendezvous ({}); joining {} as a client", e.what(), cfg.rdzvEndpoint);
-    }
-  }
-  if (out.server) spdlog::info("hosting the rendezvous at {}", out.server->address());
-
-  GrpcRendezvousOptions o;
-  o.endpoint = joinHostPort(cfg.endpointHost, out.server ? out.server->port() : cfg.endpointPort);
-  o.token = token;
-  o.runId = cfg.runId;
-  o.nodeId = hostName() + ":" + std::to_string(::getpid()) + ":" + std::to_string(std::random_device{}() % 100000);
-  o.localWorldSize = cfg.nprocPerNode;
-  o.rules.minNodes = cfg.minNodes;
-  o.rules.maxNodes = cfg.maxNodes;
-  o.rules.maxRestarts = cfg.maxRestarts;
-  o.rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
-  o.rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
-  o.rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
-  bool staticMode = cfg.rdzvBackend == "static";
-  o.host = !cfg.localAddr.empty() ? cfg.localAddr : (staticMode && cfg.nodeRank == 0 ? cfg.masterAddr : "");
-  o.masterPort = findFreePort("");
-  o.nodeRank = staticMode ? cfg.nodeRank : -1;
-  o.connectTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.joinTimeoutSeconds * 1000));
-  out.client = std::make_unique<GrpcRendezvous>(o, [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
-  return out;
-}
-
 }  // namespace
 
-int launch(const LaunchConfig& cfg) {
+int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the agent; workers get it back
   boost::asio::io_context io;
   boost::asio::signal_set signals(io);
@@ -163,7 +99,8 @@ int launch(const LaunchConfig& cfg) {
   MultiNodeRendezvous multiNode;
   std::unique_ptr<Rendezvous> rendezvous;
   if (cfg.multiNode) {
-    multiNode = startMultiNode(cfg, io);
+    DDPRUN_CHECK(startMultiNode != nullptr, "multi-node job in a build without the gRPC rendezvous");
+    multiNode = startMultiNode(cfg, [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
     rendezvous = std::move(multiNode.client);
   } else {
     rendezvous = std::make_unique<LocalRendezvous>(

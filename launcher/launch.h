@@ -2,11 +2,34 @@
 // agent. Returns ddprun's exit status.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <memory>
+
 #include "launcher/launch_config.h"
+#include "rendezvous/rendezvous.h"
 
 namespace ddprun {
 
-int launch(const LaunchConfig& config);
+// The server and client of a multi-node job, from launcher/multinode.cc. Only ddprun-multinode
+// links it: single-node ddprun stays free of gRPC (and of its memory).
+class HostedRendezvous {
+ public:
+  virtual ~HostedRendezvous() = default;
+  // Gives the other agents up to `grace` to read the end of the job, then stops.
+  virtual void shutdown(std::chrono::milliseconds grace) = 0;
+};
+
+struct MultiNodeRendezvous {
+  std::unique_ptr<HostedRendezvous> server;  // when this node hosts the endpoint
+  std::unique_ptr<Rendezvous> client;
+};
+
+using PostFn = std::function<void(std::function<void()>)>;
+using MultiNodeStarter = std::function<MultiNodeRendezvous(const LaunchConfig&, PostFn)>;
+
+// startMultiNode may be null when config.multiNode is false.
+int launch(const LaunchConfig& config, const MultiNodeStarter& startMultiNode);
 
 // --dry_run: prints the rank map and each worker's environment to stdout; starts nothing.
 int printDryRun(const LaunchConfig& config);

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "common/net.h"  // parseEndpoint, joinHostPort
+
 namespace ddprun {
 
 struct RendezvousServerOptions {
@@ -30,11 +32,5 @@ class RendezvousServer {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// "host", "host:port", "[v6]:port", "v6addr" -> host and port (defaultPort when absent). Throws
-// ConfigError on a malformed endpoint or port.
-std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort);
-// Joins host and port, bracketing IPv6 hosts.
-std::string joinHostPort(const std::string& host, int port);
 
 }  // namespace ddprun

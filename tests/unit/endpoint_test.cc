@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "rendezvous/rendezvous_server.h"
+#include "common/net.h"
 
 using ddprun::joinHostPort;
 using ddprun::parseEndpoint;

@@ -1,0 +1,88 @@
+#include "launcher/multinode.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "common/error.h"
+#include "common/net.h"
+#include "common/strings.h"
+#include "rendezvous/grpc_logging.h"
+#include "rendezvous/grpc_rendezvous.h"
+#include "rendezvous/rendezvous_server.h"
+
+namespace ddprun {
+namespace {
+
+std::string readToken(const LaunchConfig& cfg) {
+  if (!cfg.tokenFile.empty()) {
+    std::ifstream in(cfg.tokenFile);
+    std::string token;
+    std::getline(in, token);
+    token = std::string(trim(token));
+    if (token.empty()) throw ConfigError("--rdzv_conf token_file " + cfg.tokenFile + " is empty");
+    return token;
+  }
+  const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
+  return env ? env : "";
+}
+
+Micros seconds(double s) { return Micros(static_cast<int64_t>(s * 1e6)); }
+
+class HostedServer final : public HostedRendezvous {
+ public:
+  explicit HostedServer(RendezvousServerOptions options) : server_(std::move(options)) {}
+  void shutdown(std::chrono::milliseconds grace) override { server_.shutdown(grace); }
+  RendezvousServer& server() { return server_; }
+
+ private:
+  RendezvousServer server_;
+};
+
+}  // namespace
+
+// This node hosts the server when asked (static node 0, is_host=1), or, when unsaid, when the
+// endpoint is a free address of this machine (as torchrun's c10d does).
+MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
+  routeGrpcLogsToSpdlog();
+  MultiNodeRendezvous out;
+  std::string token = readToken(cfg);
+  RendezvousServerOptions serverOptions{cfg.endpointHost, cfg.endpointPort, token};
+  std::unique_ptr<HostedServer> server;
+  if (cfg.isHost.value_or(false)) {
+    server = std::make_unique<HostedServer>(serverOptions);
+  } else if (!cfg.isHost.has_value()) {
+    try {
+      server = std::make_unique<HostedServer>(serverOptions);
+    } catch (const ConnectionError& e) {
+      spdlog::debug("not hosting the rendezvous ({}); joining {} as a client", e.what(), cfg.rdzvEndpoint);
+    }
+  }
+  HostedServer* hosted = server.get();
+  out.server = std::move(server);
+  if (hosted) spdlog::info("hosting the rendezvous at {}", hosted->server().address());
+
+  GrpcRendezvousOptions o;
+  o.endpoint = joinHostPort(cfg.endpointHost, hosted ? hosted->server().port() : cfg.endpointPort);
+  o.token = token;
+  o.runId = cfg.runId;
+  o.nodeId = hostName() + ":" + std::to_string(::getpid()) + ":" + std::to_string(std::random_device{}() % 100000);
+  o.localWorldSize = cfg.nprocPerNode;
+  o.rules.minNodes = cfg.minNodes;
+  o.rules.maxNodes = cfg.maxNodes;
+  o.rules.maxRestarts = cfg.maxRestarts;
+  o.rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
+  o.rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
+  o.rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
+  bool staticMode = cfg.rdzvBackend == "static";
+  o.host = !cfg.localAddr.empty() ? cfg.localAddr : (staticMode && cfg.nodeRank == 0 ? cfg.masterAddr : "");
+  o.masterPort = findFreePort("");
+  o.nodeRank = staticMode ? cfg.nodeRank : -1;
+  o.connectTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.joinTimeoutSeconds * 1000));
+  out.client = std::make_unique<GrpcRendezvous>(o, std::move(post));
+  return out;
+}
+
+}  // namespace ddprun

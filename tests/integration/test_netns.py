@@ -1,0 +1,155 @@
+"""Multi-node over real separate network stacks: three hosts made of Linux network namespaces.
+
+Topology (all names carry this process's id, so parallel runs never collide):
+    ddpt_<pid>_br : a bridge ddbr0 (plus lo)
+    ddpt_<pid>_a  : veth 192.0.2.1/24  --  its peer on the bridge
+    ddpt_<pid>_b  : veth 192.0.2.2/24  --  its peer on the bridge
+    ddpt_<pid>_c  : veth 192.0.2.3/24  --  its peer on the bridge
+One ddprun agent runs in each host namespace (elastic, --nnodes=2:3, endpoint 192.0.2.1:PORT, which
+agent a hosts because only its namespace has that address; heartbeat_timeout=2). Host c is then cut
+off by setting its bridge port down: no FIN, no RST, only silence. The others must notice through
+the missed heartbeats and restart their workers into a smaller round within a few seconds; the
+cut-off agent must not keep its workers running (it loses the rendezvous and stops them).
+
+Every namespace (and with it every veth and the bridge) is deleted at the end, also on failure.
+The test needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN); where namespaces cannot be created it FAILS.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import multinode_lib as ml
+from ddprun_testlib import main
+
+HEARTBEAT_S = 2
+SLACK_S = 4  # the machine is small and shared: detection plus restart within heartbeat + 4 s
+
+
+def ip(*args, check=True):
+    res = subprocess.run(["ip"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=20)
+    if check and res.returncode != 0:
+        raise RuntimeError("ip %s: exit %d: %s" % (" ".join(args), res.returncode, res.stderr.strip()))
+    return res
+
+
+class TestHosts:
+    """Namespaces, a bridge and veth pairs; remove() deletes all of them (idempotent)."""
+
+    def __init__(self, tags):
+        pid = os.getpid()
+        self.tags = tags
+        self.bridge_ns = "ddpt_%d_br" % pid
+        self.ns = {t: "ddpt_%d_%s" % (pid, t) for t in tags}
+        self.addr = {t: "192.0.2.%d" % (i + 1) for i, t in enumerate(tags)}
+        self.host_if = {t: "ddv%d%s" % (pid, t) for t in tags}    # inside the host namespace
+        self.bridge_if = {t: "ddb%d%s" % (pid, t) for t in tags}  # its peer, on the bridge
+        self.created = []
+
+    def create(self):
+        ip("netns", "add", self.bridge_ns)
+        self.created.append(self.bridge_ns)
+        ip("-n", self.bridge_ns, "link", "set", "lo", "up")
+        ip("-n", self.bridge_ns, "link", "add", "ddbr0", "type", "bridge")
+        ip("-n", self.bridge_ns, "link", "set", "ddbr0", "up")
+        for t in self.tags:
+            ns = self.ns[t]
+            ip("netns", "add", ns)
+            self.created.append(ns)
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("link", "add", self.host_if[t], "type", "veth", "peer", "name", self.bridge_if[t])
+            ip("link", "set", self.host_if[t], "netns", ns)
+            ip("link", "set", self.bridge_if[t], "netns", self.bridge_ns)
+            ip("-n", ns, "addr", "add", self.addr[t] + "/24", "dev", self.host_if[t])
+            ip("-n", ns, "link", "set", self.host_if[t], "up")
+            ip("-n", self.bridge_ns, "link", "set", self.bridge_if[t], "master", "ddbr0")
+            ip("-n", self.bridge_ns, "link", "set", self.bridge_if[t], "up")
+
+    def cut(self, tag):
+        ip("-n", self.bridge_ns, "link", "set", self.bridge_if[tag], "down")
+
+    def exec_prefix(self, tag):
+        return ["ip", "netns", "exec", self.ns[tag]]
+
+    def remove(self):
+        problems = []
+        for t in self.tags:  # veths still in the root namespace (a failure half-way through create)
+            for name in (self.host_if[t], self.bridge_if[t]):
+                if ip("link", "show", name, check=False).returncode == 0:
+                    ip("link", "del", name, check=False)
+        for ns in reversed(self.created):
+            res = ip("netns", "del", ns, check=False)
+            if res.returncode != 0:
+                problems.append("ip netns del %s: %s" % (ns, res.stderr.strip()))
+        self.created = []
+        left = [ns for ns in [self.bridge_ns] + list(self.ns.values())
+                if ns in ip("netns", "list", check=False).stdout.split()]
+        if problems or left:
+            sys.stderr.write("test_netns cleanup problems: %s; left: %s\n" % (problems, left))
+        return left
+
+
+class NetnsTest(ml.MultiNodeTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.hosts = TestHosts(["a", "b", "c"])
+        self.addCleanup(self.hosts.remove)  # registered first: runs after every agent was killed
+        try:
+            self.hosts.create()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            self.fail("cannot build the test hosts out of network namespaces (needs root with CAP_SYS_ADMIN and "
+                      "CAP_NET_ADMIN, and iproute2): %s" % e)
+
+    def test_partitioned_host_is_dropped_after_heartbeat_timeout(self):
+        h = self.hosts
+        port = ml.free_port()  # any port: the namespaces are fresh
+        prog = self.recorder()
+        conf = "heartbeat_timeout=%d,last_call_timeout=10" % HEARTBEAT_S
+        agents = {}
+        for t in ("a", "b", "c"):  # a first: it owns 192.0.2.1, so it hosts the endpoint
+            agents[t] = self.agent(t, self.elastic_args("2:3", port, nproc=2, conf=conf, host=h.addr["a"]) + [prog],
+                                   prefix=h.exec_prefix(t))
+        jobs = list(agents.values())
+
+        def round_with(nodes, after=0):
+            world = 2 * len(nodes)
+            return lambda recs: any(rn > after and ml.round_complete(recs, rn, nodes, 2, world)
+                                    for rn in {r["round"] for r in recs})
+
+        self.wait_records(round_with("abc"), 30, jobs, "a round of the three hosts")
+        recs = self.records()
+        round1 = max(rn for rn in {r["round"] for r in recs} if ml.round_complete(recs, rn, "abc", 2, 6))
+        first = [r for r in recs if r["round"] == round1]
+        self.assertEqual(sorted(r["rank"] for r in first), list(range(6)), recs)
+        # MASTER_ADDR is the real address of the host of group rank 0, as the others reach it.
+        master_node = next(r["node"] for r in first if r["group_rank"] == 0)
+        self.assertEqual({r["master_addr"] for r in first}, {h.addr[master_node]}, recs)
+
+        cut_at = time.monotonic()
+        h.cut("c")
+        seen_at = self.wait_records(round_with("ab", after=round1), HEARTBEAT_S + 10, jobs[:2],
+                                    "the connected hosts to restart without host c")
+        took = seen_at - cut_at
+        self.assertLess(took, HEARTBEAT_S + SLACK_S,
+                        "hosts a and b took %.1fs to drop a silent host (heartbeat_timeout=%ds)" % (took, HEARTBEAT_S))
+        recs = self.records()
+        new = [r for r in recs if r["round"] > round1]
+        self.assertEqual({r["node"] for r in new}, {"a", "b"}, recs)
+        self.assertEqual({(r["world"], r["group_world"], r["restart"]) for r in new}, {(4, 2, 0)}, recs)
+        self.assertEqual(sorted(r["rank"] for r in new), [0, 1, 2, 3], recs)
+
+        # The cut-off host cannot reach its rendezvous: it must stop its workers and fail by itself.
+        res_c = agents["c"].wait(15)
+        self.assertNotEqual(res_c.returncode, 0, "the partitioned agent succeeded\n" + res_c.describe())
+        self.assertEqual(agents["c"].survivors(grace=3.0), [], "workers of the partitioned host kept running")
+
+        self.release()
+        for res in self.wait_all(jobs[:2], 15):
+            self.assert_exit(res, 0)
+        self.assert_no_leftovers(jobs)
+
+
+if __name__ == "__main__":
+    main()
