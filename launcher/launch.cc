@@ -138,10 +138,24 @@ int printDryRun(const LaunchConfig& cfg) {
   round.masterAddr = cfg.masterAddr;
   round.masterPort = (cfg.standalone && !cfg.masterPortGiven) ? findFreePort(cfg.masterAddr) : cfg.masterPort;
   std::cout << "ddprun dry run: " << cfg.nprocPerNode << " worker(s) on this node, run id " << cfg.runId << "\n";
+  if (cfg.multiNode) {
+    // Only static mode knows the ranks before the rendezvous; elastic ranks come from the round.
+    bool isStatic = cfg.rdzvBackend == "static";
+    round.groupRank = isStatic ? cfg.nodeRank : 0;
+    round.groupWorldSize = cfg.minNodes;
+    round.rankOffset = isStatic ? cfg.nodeRank * cfg.nprocPerNode : 0;
+    round.worldSize = cfg.minNodes * cfg.nprocPerNode;
+    round.masterAddr = "<group rank 0's address>";
+    round.masterPort = 0;
+    round.round = 1;
+    std::cout << "rendezvous: " << cfg.rdzvBackend << " at " << cfg.endpointHost << ":" << cfg.endpointPort << ", "
+              << cfg.minNodes << ".." << cfg.maxNodes << " nodes"
+              << (isStatic ? "" : "; ranks below assume this node gets group rank 0 of the minimum") << "\n";
+  }
   std::cout << "command: " << cfg.executable;
   for (const auto& a : cfg.execArgs) std::cout << " " << a;
   std::cout << "\n\nrank map (local_rank -> rank):\n";
-  for (int i = 0; i < cfg.nprocPerNode; ++i) std::cout << "  " << i << " -> " << i << "\n";
+  for (int i = 0; i < cfg.nprocPerNode; ++i) std::cout << "  " << i << " -> " << round.rankOffset + i << "\n";
   Environment inherited = Environment::fromCurrentProcess();
   for (int i = 0; i < cfg.nprocPerNode; ++i) {
     WorkerEnvInputs in;
