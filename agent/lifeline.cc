@@ -57,6 +57,12 @@ Lifeline::~Lifeline() {
   }
 }
 
+void Lifeline::release() {
+  if (!pipe_) return;
+  writeAll(pipe_.get(), "bye\n");
+  pipe_.reset();
+}
+
 void Lifeline::trackGroup(pid_t pgid) { send('+', pgid); }
 void Lifeline::forgetGroup(pid_t pgid) { send('-', pgid); }
 

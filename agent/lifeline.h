@@ -15,11 +15,14 @@ class Lifeline {
  public:
   // Starts `watchdogPath --marker MARKER`. On failure logs a warning and stays inactive.
   Lifeline(const std::string& watchdogPath, const std::string& marker);
-  // Closes the pipe and waits briefly for the watchdog's final sweep, so that "ddprun exited"
-  // means "nothing of the job is left".
+  // Closes the pipe; unless released, waits briefly for the watchdog's final sweep, so that
+  // "ddprun exited" means "nothing of the job is left".
   ~Lifeline();
 
   bool active() const { return static_cast<bool>(pipe_); }
+  // The agent has cleaned up everything itself: tells the watchdog to exit without its sweep, and
+  // closes the lifeline without waiting.
+  void release();
   pid_t watchdogPid() const { return pid_; }
   void trackGroup(pid_t pgid);
   void forgetGroup(pid_t pgid);

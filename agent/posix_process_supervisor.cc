@@ -89,7 +89,8 @@ class PosixProcessSupervisor::Impl {
  public:
   Impl(boost::asio::io_context& io, PosixProcessSupervisorOptions options)
       : sigchld_(io, SIGCHLD), marker_("DDPRUN_JOB_" + randomHex(8)) {
-    if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    subreaper_ = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+    if (!subreaper_) {
       spdlog::warn("cannot become a child subreaper: {}; daemonized grandchildren may escape", std::strerror(errno));
     }
     rlimit limit{};
@@ -110,10 +111,11 @@ class PosixProcessSupervisor::Impl {
     for (pid_t pid : running_) ::waitpid(pid, nullptr, 0);  // SIGKILLed: returns at once
     running_.clear();
     for (pid_t pgid : everSpawnedGroups_) ::kill(-pgid, SIGKILL);
-    killOrphans();
+    if (!swept_) killOrphans();
     reapAll();
     if (lifeline_) {
       for (pid_t pgid : everSpawnedGroups_) lifeline_->forgetGroup(pgid);
+      lifeline_->release();  // everything is gone: the watchdog may exit without its own sweep
     }
   }
 
@@ -135,6 +137,7 @@ class PosixProcessSupervisor::Impl {
     child.detach();  // reaping is ours (SIGCHLD below), never Boost's
     running_.insert(pid);
     everSpawnedGroups_.insert(pid);
+    swept_ = false;
     if (lifeline_) lifeline_->trackGroup(pid);
     return pid;
   }
@@ -153,6 +156,7 @@ class PosixProcessSupervisor::Impl {
       if (!running_.count(pgid)) ::kill(-pgid, SIGKILL);
     }
     int killed = killOrphans();
+    swept_ = running_.empty();
     for (pid_t pgid : endedGroups) {
       if (running_.count(pgid)) continue;
       everSpawnedGroups_.erase(pgid);
@@ -194,8 +198,9 @@ class PosixProcessSupervisor::Impl {
     }
   }
 
-  // Kills living descendants (other than running workers' group leaders and the watchdog) and
-  // processes that carry our marker, until none is left; bounded to one second.
+  // Kills living descendants (other than running workers and the watchdog) until none is left;
+  // bounded to one second. As a subreaper the agent gets every orphan of its tree back, so the
+  // parent tree finds them all; the (costlier) marker scan is needed only when that failed.
   int killOrphans() {
     int killed = 0;
     pid_t self = ::getpid();
@@ -205,7 +210,9 @@ class PosixProcessSupervisor::Impl {
       auto table = proc::listProcesses();
       std::set<pid_t> victims;
       for (pid_t pid : proc::liveDescendants(self, table)) victims.insert(pid);
-      for (pid_t pid : proc::liveProcessesWithMarker(marker_, table)) victims.insert(pid);
+      if (!subreaper_) {
+        for (pid_t pid : proc::liveProcessesWithMarker(marker_, table)) victims.insert(pid);
+      }
       std::erase_if(victims, [&](pid_t pid) { return pid == watchdog || inRunningGroup(pid); });
       if (victims.empty()) break;
       for (pid_t pid : victims) ::kill(pid, SIGKILL);
@@ -224,6 +231,8 @@ class PosixProcessSupervisor::Impl {
   boost::asio::signal_set sigchld_;
   std::string marker_;
   unsigned maxFd_ = 65536;
+  bool subreaper_ = false;
+  bool swept_ = true;  // no process spawned since the last complete sweep
   std::unique_ptr<Lifeline> lifeline_;
   std::set<pid_t> running_;             // spawned and not reaped yet
   std::set<pid_t> everSpawnedGroups_;   // groups the watchdog knows about

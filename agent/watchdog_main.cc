@@ -3,6 +3,7 @@
 // When the pipe reaches end-of-file the agent is gone, however it died (kill -9 included), so the
 // watchdog kills every group it still knows and then every process that carries the agent's marker
 // variable in its environment (grandchildren that left their group or daemonized), and exits.
+// "bye" means the agent cleaned up itself: the watchdog exits without a sweep.
 // It is a separate small program so that it costs little memory and shares no state with the agent.
 #include <signal.h>
 #include <unistd.h>
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     while ((eol = pending.find('\n')) != std::string::npos) {
       std::string line = pending.substr(0, eol);
       pending.erase(0, eol + 1);
+      if (line == "bye") return 0;  // the agent cleaned up itself and exits normally
       if (line.size() < 2) continue;
       pid_t pgid = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
       if (pgid <= 1) continue;
