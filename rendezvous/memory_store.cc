@@ -37,21 +37,6 @@ std::optional<int64_t> parseCounter(const std::string& text) {
 
 }  // namespace
 
-void validateStoreKey(const std::string& key) {
-  if (key.empty()) throw ConfigError("store key is empty");
-  if (key.size() > MemoryStore::kMaxKeyBytes) {
-    throw ConfigError("store key is " + std::to_string(key.size()) + " bytes, more than " +
-                      std::to_string(MemoryStore::kMaxKeyBytes));
-  }
-}
-
-void validateStoreValue(const std::string& key, const std::string& value) {
-  if (value.size() > MemoryStore::kMaxValueBytes) {
-    throw ConfigError("value for store key '" + key + "' is " + std::to_string(value.size()) +
-                      " bytes, more than " + std::to_string(MemoryStore::kMaxValueBytes));
-  }
-}
-
 MemoryStore::MemoryStore(MemoryStoreOptions options) : options_(options) {}
 
 void MemoryStore::set(const StoreScope& scope, const std::string& key, std::string value) {

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "rendezvous/store_limits.h"
+
 namespace ddprun {
 
 // Which job and round a key belongs to.
@@ -35,12 +37,6 @@ struct MemoryStoreOptions {
   std::size_t maxWaitersPerRun = 65536;
 };
 
-
-// Throw ConfigError for an empty or oversized key, or an oversized value. Shared with the client,
-// which rejects them before sending.
-void validateStoreKey(const std::string& key);
-void validateStoreValue(const std::string& key, const std::string& value);
-
 class MemoryStore {
  public:
   using Clock = std::chrono::steady_clock;
@@ -50,8 +46,8 @@ class MemoryStore {
   // passed, the round was dropped or the store closed. Must not throw.
   using WaitCallback = std::function<void(bool satisfied)>;
 
-  static constexpr std::size_t kMaxKeyBytes = 4 * 1024;
-  static constexpr std::size_t kMaxValueBytes = 64 * 1024 * 1024;
+  static constexpr std::size_t kMaxKeyBytes = kMaxStoreKeyBytes;
+  static constexpr std::size_t kMaxValueBytes = kMaxStoreValueBytes;
 
   explicit MemoryStore(MemoryStoreOptions options = {});
   MemoryStore(const MemoryStore&) = delete;

@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rendezvous/grpc_util.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store_limits.h"
 
 namespace ddprun {
 
@@ -24,15 +24,9 @@ constexpr milliseconds kDeadlineMargin{2000};
 constexpr milliseconds kFirstBackoff{20};
 constexpr milliseconds kMaxBackoff{1000};
 
-static_assert(MemoryStore::kMaxValueBytes + MemoryStore::kMaxKeyBytes + 64 * 1024 <=
+static_assert(kMaxStoreValueBytes + kMaxStoreKeyBytes + 64 * 1024 <=
                   static_cast<std::size_t>(kMaxMessageBytes),
               "a message must hold the largest value with its key");
-
-std::string quotedList(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& key : keys) out += (out.empty() ? "'" : ", '") + key + "'";
-  return out;
-}
 
 uint32_t toTimeoutMs(milliseconds timeout) {
   const auto ms = std::max<int64_t>(timeout.count(), 0);
@@ -192,7 +186,7 @@ void StoreClient::wait(const std::vector<std::string>& keys, milliseconds timeou
   v1::WaitResponse response;
   grpc::ClientContext context;
   impl_->prepare(context, timeout);
-  impl_->check(impl_->stub->Wait(&context, request, &response), "wait for " + quotedList(keys));
+  impl_->check(impl_->stub->Wait(&context, request, &response), "wait for " + quoteKeys(keys));
 }
 
 bool StoreClient::check(const std::vector<std::string>& keys) {
@@ -203,7 +197,7 @@ bool StoreClient::check(const std::vector<std::string>& keys) {
   v1::CheckResponse response;
   grpc::ClientContext context;
   impl_->prepare(context, impl_->options.timeout);
-  impl_->check(impl_->stub->Check(&context, request, &response), "check of " + quotedList(keys));
+  impl_->check(impl_->stub->Check(&context, request, &response), "check of " + quoteKeys(keys));
   return response.all_present();
 }
 

@@ -39,12 +39,6 @@ grpc::Status statusFromCurrentException() {
   }
 }
 
-std::string quotedList(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& key : keys) out += (out.empty() ? "'" : ", '") + key + "'";
-  return out;
-}
-
 }  // namespace
 
 // One Get or Wait in flight. Three parties may end it: the store's callback (keys arrived, or the
@@ -238,7 +232,7 @@ std::optional<grpc::Status> StoreService::waitFailure(const StoreScope& scope,
   if (missing.empty()) return std::nullopt;
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                       "timed out after " + std::to_string(timeoutMs) + " ms waiting for store key(s) " +
-                          quotedList(missing) + " of run '" + scope.runId + "' round " +
+                          quoteKeys(missing) + " of run '" + scope.runId + "' round " +
                           std::to_string(scope.round));
 }
 

@@ -1,0 +1,325 @@
+// StoreService and StoreClient over real gRPC on loopback (port 0): every operation, blocking
+// gets and waits, timeouts, the job token, fencing by round, limits, and shutdown under a waiter.
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "ddprun/v1/store.grpc.pb.h"
+#include "rendezvous/grpc_util.h"
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_service.h"
+
+using namespace std::chrono_literals;
+using ddprun::StoreClient;
+using ddprun::StoreClientOptions;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A real server with the service on it; stopped, as a user of the service must, by failing the
+// pending waits first and then shutting the server down.
+struct TestServer {
+  explicit TestServer(ddprun::StoreServiceOptions options = {}, std::string address = "127.0.0.1:0")
+      : service(std::move(options)) {
+    grpc::ServerBuilder builder;
+    ddprun::applyMessageLimits(builder);
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    REQUIRE(port > 0);
+  }
+  ~TestServer() { stop(); }
+  void stop() {
+    if (!server) return;
+    service.shutdown();
+    server->Shutdown();
+    server.reset();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+
+  ddprun::StoreService service;  // declared first: outlives the server
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+StoreClientOptions clientOptions(const TestServer& server) {
+  StoreClientOptions o;
+  o.address = server.address();
+  o.runId = "job";
+  o.round = 1;
+  o.timeout = 5s;
+  o.connectTimeout = 5s;
+  return o;
+}
+
+std::unique_ptr<ddprun::v1::Store::Stub> rawStub(const TestServer& server) {
+  return ddprun::v1::Store::NewStub(ddprun::makeChannel(server.address()));
+}
+
+template <typename F>
+std::string errorOf(F&& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("store service: every operation round-trips", "[store]") {
+  TestServer server;
+  StoreClient client(clientOptions(server));
+  const std::string bytes("a\0b\xff", 4);
+  client.set("k", bytes);
+  CHECK(client.get("k") == bytes);
+  CHECK(client.add("n", 3) == 3);
+  CHECK(client.add("n", -1) == 2);
+  CHECK(client.compareSet("c", "", "first") == "first");
+  CHECK(client.compareSet("c", "wrong", "second") == "first");
+  CHECK(client.compareSet("c", "first", "second") == "second");
+  CHECK(client.check({"k", "n", "c"}));
+  CHECK_FALSE(client.check({"k", "absent"}));
+  client.wait({"k", "n"});
+  CHECK(client.numKeys() == 3);
+  CHECK(client.deleteKey("k"));
+  CHECK_FALSE(client.deleteKey("k"));
+  CHECK(client.numKeys() == 2);
+  client.set("text", "not a number");
+  CHECK_THROWS_AS(client.add("text", 1), ddprun::StateError);
+}
+
+TEST_CASE("store service: rounds and runs do not see each other's keys", "[store]") {
+  TestServer server;
+  auto o = clientOptions(server);
+  StoreClient round1(o);
+  o.round = 2;
+  StoreClient round2(o);
+  o.runId = "other";
+  StoreClient otherRun(o);
+  round1.set("nccl_id", "old");
+  CHECK_FALSE(round2.check({"nccl_id"}));
+  CHECK_FALSE(otherRun.check({"nccl_id"}));
+  CHECK(round2.numKeys() == 0);
+}
+
+TEST_CASE("store service: a value larger than gRPC's default 4 MiB limit passes", "[store]") {
+  TestServer server;
+  StoreClient client(clientOptions(server));
+  const std::string big(10 << 20, 'x');
+  client.set("big", big);
+  CHECK(client.get("big") == big);
+}
+
+TEST_CASE("store service: get blocks until another client sets the key", "[store]") {
+  TestServer server;
+  StoreClient waiter(clientOptions(server));
+  StoreClient setter(clientOptions(server));
+  std::atomic<bool> setDone{false};
+  auto got = std::async(std::launch::async, [&] {
+    std::string value = waiter.get("late");
+    return std::make_pair(value, setDone.load());
+  });
+  auto waitOn = std::async(std::launch::async, [&] { waiter.wait({"late", "later"}); });
+  std::this_thread::sleep_for(200ms);
+  REQUIRE(got.wait_for(0s) == std::future_status::timeout);  // still blocked
+  setDone = true;
+  setter.set("late", "value");
+  auto [value, afterSet] = got.get();
+  CHECK(value == "value");
+  CHECK(afterSet);
+  CHECK(waitOn.wait_for(100ms) == std::future_status::timeout);  // still needs "later"
+  setter.add("later", 1);
+  waitOn.get();
+}
+
+TEST_CASE("store service: timeouts raise TimeoutError naming the missing keys", "[store]") {
+  TestServer server;
+  auto o = clientOptions(server);
+  o.timeout = 200ms;
+  StoreClient client(o);
+  client.set("present", "1");
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(client.get("missing_key"), ddprun::TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - start < 2s);  // the server's timeout, not the margin
+  CHECK_THAT(errorOf([&] { client.get("missing_key"); }), Contains("'missing_key'"));
+  const std::string waitError = errorOf([&] { client.wait({"present", "absent"}, 100ms); });
+  // The server names only the keys still missing.
+  CHECK_THAT(waitError, Contains("key(s) 'absent' of run 'job' round 1"));
+  CHECK_THROWS_AS(client.wait({"absent"}, 0ms), ddprun::TimeoutError);
+  CHECK(server.service.store().nextDeadline() == std::nullopt);  // nothing left pending
+}
+
+TEST_CASE("store service: the job token is required when configured", "[store]") {
+  TestServer server(ddprun::StoreServiceOptions{.token = "s3cret", .roundIsCurrent = nullptr});
+  auto o = clientOptions(server);
+  {
+    StoreClient noToken(o);
+    CHECK_THROWS_AS(noToken.set("k", "v"), ddprun::ConnectionError);
+    CHECK_THAT(errorOf([&] { noToken.numKeys(); }), Contains("invalid job token"));
+  }
+  {
+    o.token = "s3creT";
+    StoreClient wrong(o);
+    CHECK_THAT(errorOf([&] { wrong.get("k"); }), Contains("invalid job token"));
+    CHECK_THAT(errorOf([&] { wrong.get("k"); }), !Contains("s3cre"));
+  }
+  o.token = "s3cret";
+  StoreClient right(o);
+  right.set("k", "v");
+  CHECK(right.get("k") == "v");
+}
+
+TEST_CASE("store service: a stale round is refused", "[store]") {
+  std::atomic<uint64_t> current{2};
+  ddprun::StoreServiceOptions options;
+  options.roundIsCurrent = [&](const std::string& runId, uint64_t round) {
+    return runId == "job" && round == current.load();
+  };
+  TestServer server(options);
+  auto o = clientOptions(server);
+  o.round = 1;
+  StoreClient stale(o);
+  CHECK_THROWS_AS(stale.set("k", "v"), ddprun::StateError);
+  CHECK_THAT(errorOf([&] { stale.get("k"); }), Contains("stale round"));
+  o.round = 2;
+  StoreClient live(o);
+  live.set("k", "v");
+  CHECK(live.get("k") == "v");
+
+  SECTION("a round that ends under a waiter fails the wait as stale") {
+    auto waiting = std::async(std::launch::async, [&] { return errorOf([&] { live.get("never"); }); });
+    std::this_thread::sleep_for(100ms);
+    current = 3;
+    server.service.store().dropRoundsBefore("job", 3);
+    REQUIRE(waiting.wait_for(3s) == std::future_status::ready);
+    CHECK_THAT(waiting.get(), Contains("stale round"));
+  }
+}
+
+TEST_CASE("store service: bad keys are refused", "[store]") {
+  TestServer server;
+  StoreClient client(clientOptions(server));
+  CHECK_THROWS_AS(client.set(std::string(5000, 'k'), "v"), ddprun::ConfigError);
+  CHECK_THROWS_AS(client.get(""), ddprun::ConfigError);
+
+  // The server checks too, whatever a client sends.
+  auto stub = rawStub(server);
+  ddprun::v1::SetRequest request;
+  request.mutable_scope()->set_run_id("job");
+  request.set_key(std::string(5000, 'k'));
+  ddprun::v1::SetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 5s);
+  CHECK(stub->Set(&context, request, &response).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext emptyContext;
+  emptyContext.set_deadline(std::chrono::system_clock::now() + 5s);
+  request.set_key("");
+  CHECK(stub->Set(&emptyContext, request, &response).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("store service: 8 clients adding concurrently give the exact total", "[store]") {
+  TestServer server;
+  constexpr int kClients = 8;
+  constexpr int kAdds = 100;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&] {
+      StoreClient client(clientOptions(server));
+      for (int i = 0; i < kAdds; ++i) client.add("counter", 1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  StoreClient reader(clientOptions(server));
+  CHECK(reader.get("counter") == std::to_string(kClients * kAdds));
+}
+
+TEST_CASE("store service: a client that gives up cancels its wait on the server", "[store]") {
+  TestServer server;
+  auto stub = rawStub(server);
+  ddprun::v1::GetRequest request;
+  request.mutable_scope()->set_run_id("job");
+  request.set_key("never");
+  request.set_timeout_ms(60000);
+  ddprun::v1::GetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 200ms);
+  CHECK(stub->Get(&context, request, &response).error_code() ==
+        grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The server learns of the cancellation asynchronously; its 60 s wait must go away.
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (server.service.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(server.service.store().nextDeadline() == std::nullopt);
+}
+
+TEST_CASE("store service: shutdown while a client waits ends the wait with an error", "[store]") {
+  TestServer server;
+  auto o = clientOptions(server);
+  o.timeout = 60s;
+  StoreClient client(o);
+  auto waiting = std::async(std::launch::async, [&] {
+    try {
+      client.get("never");
+    } catch (const ddprun::ConnectionError&) {
+      return true;
+    }
+    return false;
+  });
+  std::this_thread::sleep_for(100ms);
+
+  SECTION("with the service's shutdown first") { server.stop(); }
+  SECTION("with only the server's shutdown, bounded by a deadline") {
+    server.server->Shutdown(std::chrono::system_clock::now() + 100ms);
+  }
+  REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
+  CHECK(waiting.get());
+}
+
+TEST_CASE("store client: connecting retries until the server is up or the limit passes", "[store]") {
+  SECTION("a server that never comes") {
+    int port = 0;
+    {
+      TestServer gone;
+      port = gone.port;
+    }
+    StoreClientOptions o;
+    o.address = "127.0.0.1:" + std::to_string(port);
+    o.connectTimeout = 300ms;
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(StoreClient(o), ddprun::ConnectionError);
+    CHECK(std::chrono::steady_clock::now() - start < 3s);
+  }
+  SECTION("a server that comes late") {
+    int port = 0;
+    {
+      TestServer first;
+      port = first.port;
+    }
+    const std::string address = "127.0.0.1:" + std::to_string(port);
+    auto connecting = std::async(std::launch::async, [&] {
+      StoreClientOptions o;
+      o.address = address;
+      o.runId = "job";
+      o.connectTimeout = 5s;
+      StoreClient client(o);
+      return client.add("connected", 1);
+    });
+    std::this_thread::sleep_for(300ms);
+    TestServer late({}, address);
+    REQUIRE(connecting.wait_for(5s) == std::future_status::ready);
+    CHECK(connecting.get() == 1);
+  }
+}
