@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "rendezvous/grpc_logging.h"
+#include "rendezvous/grpc_util.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 
 namespace ddprun {
@@ -88,7 +89,7 @@ class GrpcRendezvous::Impl {
       return;
     }
     auto stub = pb::Rendezvous::NewStub(channel);
-    if (!options_.token.empty()) context_.AddMetadata("x-ddprun-token", options_.token);
+    if (!options_.token.empty()) context_.AddMetadata(kTokenMetadataKey, options_.token);
     {
       std::lock_guard<std::mutex> lock(writeMu_);
       stream_ = stub->Session(&context_);

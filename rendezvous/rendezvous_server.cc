@@ -55,9 +55,9 @@ class RendezvousServer::Impl {
     routeGrpcLogsToSpdlog();
     if (options_.port != 0) probeBind(options_.bindAddress, options_.port);
     rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
-        options_.token, [this](const std::string& runId, uint64_t round) {
-          store_->store().dropRoundsBefore(runId, round);
-        }});
+        options_.token,
+        [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); },
+        [this](const std::string& runId) { store_->store().dropRun(runId); }});
     store_ = std::make_unique<StoreService>(StoreServiceOptions{
         options_.token,
         [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }});

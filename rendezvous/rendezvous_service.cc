@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "rendezvous/grpc_util.h"
 #include "rendezvous/state_machine.h"
 
 namespace ddprun {
@@ -85,16 +86,12 @@ std::string peerHost(const std::string& peer) {
   return colon == std::string::npos ? rest : rest.substr(0, colon);
 }
 
-// Constant-time comparison of the "x-ddprun-token" metadata with the job token.
 bool tokenAuthorized(const grpc::CallbackServerContext& context, const std::string& token) {
   if (token.empty()) return true;
-  auto range = context.client_metadata().equal_range("x-ddprun-token");
+  auto range = context.client_metadata().equal_range(kTokenMetadataKey);
   if (range.first == range.second) return false;
   grpc::string_ref given = range.first->second;
-  if (given.size() != token.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(given.data()[i] ^ token[i]);
-  return diff == 0;
+  return constantTimeEquals(std::string_view(given.data(), given.size()), token);
 }
 
 std::optional<std::string> validateJoin(const pb::Join& join) {
@@ -254,7 +251,8 @@ class RendezvousService::Impl {
     auto it = jobs_.find(join.run_id());
     if (it != jobs_.end() && it->second.state->phase() == RendezvousState::Phase::kClosed &&
         it->second.sessions.empty()) {
-      jobs_.erase(it);  // a finished job of the same id: this is a new run
+      jobs_.erase(it);  // a finished job of the same id: this is a new run, from round 1 again
+      if (options_.onJobGone) options_.onJobGone(join.run_id());
       it = jobs_.end();
     }
     if (it == jobs_.end()) {
@@ -385,6 +383,7 @@ class RendezvousService::Impl {
         auto d = job.state->nextDeadline();
         if (d && *d <= now) dispatch(job, job.state->tick(now), &newRounds);
         bool finished = job.state->phase() == RendezvousState::Phase::kClosed && job.sessions.empty();
+        if (finished && options_.onJobGone) options_.onJobGone(job.runId);
         it = finished ? jobs_.erase(it) : std::next(it);
       }
       if (!newRounds.empty()) {

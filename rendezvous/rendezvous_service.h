@@ -17,6 +17,9 @@ struct RendezvousServiceOptions {
   std::string token;  // empty: unauthenticated
   // Called (outside any lock) when a run starts a new round, so the store can drop older rounds.
   std::function<void(const std::string& runId, uint64_t round)> onNewRound;
+  // Called when a finished job is forgotten (its last agent left, or a new run reuses its id), so
+  // the store frees its keys. Runs under the service's lock: it must not call back into it.
+  std::function<void(const std::string& runId)> onJobGone;
 };
 
 class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
