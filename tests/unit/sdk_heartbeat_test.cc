@@ -1,0 +1,92 @@
+// Heartbeat: "RANK STEP\n" datagrams to the agent's unix socket (abstract '@' names or paths);
+// nothing without DDPRUN_HEARTBEAT_SOCKET, and never an error when nobody listens.
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "test_util.h"
+#include "worker_sdk/heartbeat.h"
+
+namespace {
+
+// A bound unix datagram socket standing in for the agent's hang detector.
+class Listener {
+ public:
+  explicit Listener(const std::string& name) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, name.data(), name.size());
+    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+    if (name[0] == '@') {
+      addr.sun_path[0] = '\0';
+    } else {
+      ++len;  // the path's terminating NUL
+    }
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~Listener() { ::close(fd_); }
+
+  std::string receive() {
+    char buf[128];
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string uniqueAbstractName() {
+  std::random_device rd;
+  return "@ddp-sdk-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+}
+
+}  // namespace
+
+TEST_CASE("Heartbeat sends RANK STEP to an abstract-namespace socket", "[sdk]") {
+  const std::string name = uniqueAbstractName();
+  Listener agent(name);
+  ddp::Env env;
+  env.rank = 3;
+  env.heartbeatSocket = name;
+  ddp::Heartbeat heartbeat(env);
+  REQUIRE(heartbeat.enabled());
+  heartbeat.beat(42);
+  CHECK(agent.receive() == "3 42\n");
+  heartbeat.beat(43);
+  CHECK(agent.receive() == "3 43\n");
+}
+
+TEST_CASE("Heartbeat sends to a socket path", "[sdk]") {
+  ddprun::test::TempDir dir;
+  const std::string path = dir.file("hb.sock");
+  Listener agent(path);
+  ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{path, 0});
+  heartbeat.beat(-1);
+  CHECK(agent.receive() == "0 -1\n");
+}
+
+TEST_CASE("Heartbeat does nothing without a socket and never throws", "[sdk]") {
+  ddp::Heartbeat off(ddp::Env{});
+  CHECK_FALSE(off.enabled());
+  off.beat(1);
+
+  ddp::Heartbeat nobody(ddp::HeartbeatOptions{uniqueAbstractName(), 1});  // no listener
+  CHECK(nobody.enabled());
+  for (int i = 0; i < 1000; ++i) nobody.beat(i);
+
+  ddp::Heartbeat tooLong(ddp::HeartbeatOptions{"@" + std::string(200, 'x'), 1});
+  CHECK_FALSE(tooLong.enabled());
+  tooLong.beat(1);
+}

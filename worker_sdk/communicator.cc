@@ -1,0 +1,103 @@
+#include "worker_sdk/communicator.h"
+
+#include <limits>
+
+#include "common/error.h"
+#include "worker_sdk/backends.h"
+
+namespace ddp {
+
+namespace {
+
+using ddprun::ConfigError;
+
+void checkBuffers(const char* what, const void* send, const void* recv, std::size_t count, DataType type) {
+  if (count == 0) return;
+  if (!send || !recv) throw ConfigError(std::string(what) + ": null buffer");
+  if (count > std::numeric_limits<std::size_t>::max() / 8 / elementSize(type)) {
+    throw ConfigError(std::string(what) + ": " + std::to_string(count) + " elements is too many");
+  }
+}
+
+}  // namespace
+
+Backend parseBackend(std::string_view name) {
+  if (name == "gloo") return Backend::kGloo;
+  if (name == "nccl") return Backend::kNccl;
+  throw ConfigError("unknown communicator backend '" + std::string(name) + "' (choose gloo or nccl)");
+}
+
+const char* toString(Backend backend) { return backend == Backend::kGloo ? "gloo" : "nccl"; }
+
+bool isBackendAvailable(Backend backend) { return backend == Backend::kGloo || detail::ncclBuilt(); }
+
+Work Communicator::allReduceAsync(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  checkBuffers("allReduce", send, recv, count, type);
+  return startAllReduce(send, recv, count, type, op);
+}
+
+Work Communicator::broadcastAsync(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  if (root < 0 || root >= size()) {
+    throw ConfigError("broadcast: root " + std::to_string(root) + " is not a rank of " + std::to_string(size()));
+  }
+  checkBuffers("broadcast", rank() == root ? send : recv, recv, count, type);
+  return startBroadcast(send, recv, count, type, root);
+}
+
+Work Communicator::allGatherAsync(const void* send, void* recv, std::size_t sendCount, DataType type) {
+  checkBuffers("allGather", send, recv, sendCount * static_cast<std::size_t>(size()), type);
+  return startAllGather(send, recv, sendCount, type);
+}
+
+Work Communicator::reduceScatterAsync(const void* send, void* recv, std::size_t recvCount, DataType type,
+                                      ReduceOp op) {
+  checkBuffers("reduceScatter", send, recv, recvCount * static_cast<std::size_t>(size()), type);
+  return startReduceScatter(send, recv, recvCount, type, op);
+}
+
+Work Communicator::barrierAsync() { return startBarrier(); }
+
+void Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  allReduceAsync(send, recv, count, type, op).wait();
+}
+
+void Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  broadcastAsync(send, recv, count, type, root).wait();
+}
+
+void Communicator::allGather(const void* send, void* recv, std::size_t sendCount, DataType type) {
+  allGatherAsync(send, recv, sendCount, type).wait();
+}
+
+void Communicator::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op) {
+  reduceScatterAsync(send, recv, recvCount, type, op).wait();
+}
+
+void Communicator::barrier() { barrierAsync().wait(); }
+
+void Communicator::checkSpanSizes(std::size_t part, std::size_t whole, const char* what) const {
+  if (whole != part * static_cast<std::size_t>(size())) throw ConfigError(what);
+}
+
+std::unique_ptr<Communicator> makeCommunicator(Backend backend, const Env& env, Store& store,
+                                               const CommunicatorOptions& options) {
+  if (env.worldSize < 1 || env.rank < 0 || env.rank >= env.worldSize) {
+    throw ConfigError("rank " + std::to_string(env.rank) + " is not in a world of " + std::to_string(env.worldSize));
+  }
+  if (options.name.empty()) throw ConfigError("CommunicatorOptions::name must not be empty");
+  switch (backend) {
+    case Backend::kGloo: return detail::makeGlooCommunicator(env, store, options);
+    case Backend::kNccl: return detail::makeNcclCommunicator(env, store, options);
+  }
+  throw ConfigError("unknown communicator backend");
+}
+
+namespace detail {
+
+std::string keyPrefix(Backend backend, const CommunicatorOptions& options) {
+  return std::string("ddp/") + toString(backend) + "/" + options.name + "/";
+}
+
+}  // namespace detail
+
+}  // namespace ddp

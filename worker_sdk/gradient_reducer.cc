@@ -1,0 +1,189 @@
+#include "worker_sdk/gradient_reducer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <mutex>
+
+#include "common/error.h"
+
+namespace ddp {
+
+namespace {
+
+struct Bucket {
+  std::vector<std::size_t> gradients;  // indices, in packing order
+  std::vector<float> data;             // the packed values
+  std::size_t pending = 0;             // gradients not yet ready in this step
+  Work work;                           // the all-reduce in flight
+  bool started = false;
+};
+
+// Where a gradient lives in the buckets.
+struct Slot {
+  std::size_t bucket = 0;
+  std::size_t offset = 0;  // in floats
+};
+
+}  // namespace
+
+struct GradientReducer::Impl {
+  Impl(Communicator& c, std::vector<std::span<float>> g, GradientReducerOptions o)
+      : comm(c), gradients(std::move(g)), options(o), ready(gradients.size(), false), slots(gradients.size()) {
+    if (comm.backend() == Backend::kNccl) {
+      throw ddprun::ConfigError("GradientReducer packs host-memory gradients; the nccl backend needs device "
+                                "buffers (use an all-reduce on device memory instead)");
+    }
+    // Reverse registration order, closing a bucket once it reaches the cap, as DDP does.
+    std::size_t bytes = 0;
+    for (std::size_t i = gradients.size(); i-- > 0;) {
+      if (buckets.empty() || bytes >= options.bucketCapBytes) {
+        buckets.emplace_back();
+        bytes = 0;
+      }
+      Bucket& bucket = buckets.back();
+      slots[i] = Slot{buckets.size() - 1, bucket.data.size()};
+      bucket.gradients.push_back(i);
+      bucket.data.resize(bucket.data.size() + gradients[i].size());
+      bytes += gradients[i].size() * sizeof(float);
+    }
+    resetStep();
+  }
+
+  void resetStep() {
+    std::fill(ready.begin(), ready.end(), false);
+    for (Bucket& bucket : buckets) {
+      bucket.pending = bucket.gradients.size();
+      bucket.work = Work();
+      bucket.started = false;
+    }
+    nextBucket = 0;
+    marked = 0;
+  }
+
+  void markLocked(std::size_t index) {
+    ready[index] = true;
+    ++marked;
+    if (!sync) return;
+    const Slot slot = slots[index];
+    Bucket& bucket = buckets[slot.bucket];
+    std::copy(gradients[index].begin(), gradients[index].end(), bucket.data.begin() + static_cast<std::ptrdiff_t>(slot.offset));
+    --bucket.pending;
+    // Start buckets strictly in order: every rank must issue the same collectives in the same order.
+    while (nextBucket < buckets.size() && buckets[nextBucket].pending == 0) {
+      Bucket& next = buckets[nextBucket++];
+      next.work = comm.allReduceAsync(next.data.data(), next.data.data(), next.data.size(), DataType::kFloat32,
+                                      options.average ? ReduceOp::kAvg : ReduceOp::kSum);
+      next.started = true;
+    }
+  }
+
+  // Waits for every started bucket; returns the first error.
+  std::exception_ptr waitAll() {
+    std::exception_ptr first;
+    for (Bucket& bucket : buckets) {
+      if (!bucket.started) continue;
+      try {
+        bucket.work.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    return first;
+  }
+
+  Communicator& comm;
+  const std::vector<std::span<float>> gradients;
+  const GradientReducerOptions options;
+  std::vector<Bucket> buckets;
+  std::vector<bool> ready;
+  std::vector<Slot> slots;
+  std::size_t nextBucket = 0;
+  std::size_t marked = 0;  // gradients marked in this step
+  bool sync = true;
+  mutable std::mutex mutex;
+};
+
+GradientReducer::GradientReducer(Communicator& comm, std::vector<std::span<float>> gradients,
+                                 GradientReducerOptions options)
+    : impl_(std::make_unique<Impl>(comm, std::move(gradients), options)) {}
+
+GradientReducer::~GradientReducer() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->waitAll();
+}
+
+void GradientReducer::markReady(std::size_t index) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (index >= impl_->gradients.size()) {
+    throw ddprun::ConfigError("markReady: no gradient " + std::to_string(index) + " (" +
+                              std::to_string(impl_->gradients.size()) + " registered)");
+  }
+  if (impl_->ready[index]) {
+    throw ddprun::StateError("markReady: gradient " + std::to_string(index) + " was already marked in this step");
+  }
+  impl_->markLocked(index);
+}
+
+void GradientReducer::finish() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  if (!m.sync) {
+    m.resetStep();
+    return;
+  }
+  std::exception_ptr error;
+  try {
+    for (std::size_t i = m.gradients.size(); i-- > 0;) {
+      if (!m.ready[i]) m.markLocked(i);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::exception_ptr waitError = m.waitAll();
+  if (!error) error = waitError;
+  if (!error) {
+    for (std::size_t i = 0; i < m.gradients.size(); ++i) {
+      const Slot slot = m.slots[i];
+      const auto& data = m.buckets[slot.bucket].data;
+      std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(slot.offset), m.gradients[i].size(), m.gradients[i].begin());
+    }
+  }
+  m.resetStep();
+  if (error) std::rethrow_exception(error);
+}
+
+GradientReducer::NoSyncGuard GradientReducer::noSync() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->sync && impl_->marked > 0) {
+    throw ddprun::StateError("noSync() inside a synchronized step: call finish() first");
+  }
+  const bool previous = impl_->sync;
+  impl_->sync = false;
+  return NoSyncGuard(*this, previous);
+}
+
+GradientReducer::NoSyncGuard::~NoSyncGuard() {
+  std::lock_guard<std::mutex> lock(reducer_.impl_->mutex);
+  Impl& m = *reducer_.impl_;
+  // Leaving the outermost scope: marks of an unsynchronized step (without finish()) are dropped,
+  // so the next step starts clean. Nothing of them is in flight.
+  if (previous_ && !m.sync) m.resetStep();
+  m.sync = previous_;
+}
+
+bool GradientReducer::syncEnabled() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->sync;
+}
+
+std::size_t GradientReducer::gradientCount() const { return impl_->gradients.size(); }
+
+std::size_t GradientReducer::bucketCount() const { return impl_->buckets.size(); }
+
+std::vector<std::size_t> GradientReducer::bucketGradients(std::size_t bucket) const {
+  if (bucket >= impl_->buckets.size()) throw ddprun::ConfigError("no bucket " + std::to_string(bucket));
+  return impl_->buckets[bucket].gradients;
+}
+
+}  // namespace ddp

@@ -1,0 +1,41 @@
+// Tells the agent that this rank makes progress: beat(step) sends the datagram "RANK STEP\n" to
+// the unix datagram socket named by DDPRUN_HEARTBEAT_SOCKET ('@' starts a Linux abstract-namespace
+// name), so a rank stuck in a collective is found without waiting out the collective's timeout.
+// Without the variable every call does nothing. Never blocks and never throws: a heartbeat the
+// agent misses is the agent's problem, not the training's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "worker_sdk/env.h"
+
+namespace ddp {
+
+struct HeartbeatOptions {
+  std::string socket;  // a path, or '@' + an abstract name; empty: disabled
+  int rank = 0;
+};
+
+class Heartbeat {
+ public:
+  // env.heartbeatSocket and env.rank.
+  explicit Heartbeat(const Env& env);
+  explicit Heartbeat(HeartbeatOptions options);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // Sends "RANK STEP\n"; drops it when the socket is full, gone or unusable.
+  void beat(int64_t step) noexcept;
+  // Whether beats are sent anywhere (a socket was named and could be created).
+  bool enabled() const { return fd_ >= 0; }
+
+ private:
+  const HeartbeatOptions options_;
+  int fd_ = -1;
+  // The peer's sockaddr_un, kept as bytes so this header needs no system headers.
+  std::string address_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,75 @@
+#include "worker_sdk/remote_store.h"
+
+#include "common/error.h"
+#include "rendezvous/store_client.h"
+
+namespace ddp {
+
+namespace {
+
+ddprun::StoreClientOptions clientOptions(const RemoteStoreOptions& o) {
+  ddprun::StoreClientOptions c;
+  c.address = o.address;
+  c.token = o.token;
+  c.runId = o.runId;
+  c.round = o.round;
+  c.timeout = o.timeout;
+  c.connectTimeout = o.connectTimeout;
+  return c;
+}
+
+}  // namespace
+
+RemoteStore::RemoteStore(RemoteStoreOptions options)
+    : client_(std::make_unique<ddprun::StoreClient>(clientOptions(options))) {}
+
+RemoteStore::~RemoteStore() = default;
+
+void RemoteStore::set(const std::string& key, const std::string& value) { client_->set(key, value); }
+
+std::string RemoteStore::get(const std::string& key) { return client_->get(key); }
+
+int64_t RemoteStore::add(const std::string& key, int64_t delta) { return client_->add(key, delta); }
+
+std::string RemoteStore::compareSet(const std::string& key, const std::string& expected,
+                                    const std::string& desired) {
+  return client_->compareSet(key, expected, desired);
+}
+
+void RemoteStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  client_->wait(keys, timeout);
+}
+
+bool RemoteStore::check(const std::vector<std::string>& keys) { return client_->check(keys); }
+
+bool RemoteStore::deleteKey(const std::string& key) { return client_->deleteKey(key); }
+
+int64_t RemoteStore::numKeys() { return client_->numKeys(); }
+
+std::chrono::milliseconds RemoteStore::timeout() const { return client_->options().timeout; }
+
+RemoteStoreOptions remoteStoreOptions(const Env& env) {
+  if (env.storeAddr.empty()) {
+    throw ddprun::ConfigError(
+        "DDPRUN_STORE_ADDR is not set: the worker SDK needs the job's store, which ddprun provides "
+        "(plain torchrun does not)");
+  }
+  if (env.runId.empty()) {
+    throw ddprun::ConfigError("no run id: set DDPRUN_RUN_ID or TORCHELASTIC_RUN_ID (ddprun sets both "
+                              "TORCHELASTIC_RUN_ID and DDPRUN_STORE_PREFIX)");
+  }
+  RemoteStoreOptions o;
+  o.address = env.storeAddr;
+  o.token = env.token;
+  o.runId = env.runId;
+  o.round = env.round;
+  return o;
+}
+
+std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeout) {
+  RemoteStoreOptions o = remoteStoreOptions(env);
+  o.timeout = timeout;
+  return std::make_unique<RemoteStore>(std::move(o));
+}
+
+}  // namespace ddp
