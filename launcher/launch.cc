@@ -1,6 +1,7 @@
 #include "launcher/launch.h"
 
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
@@ -14,6 +15,7 @@
 #include <random>
 
 #include "agent/elastic_agent.h"
+#include "launcher/cli.h"
 #include "agent/posix_process_supervisor.h"
 #include "agent/worker_env.h"
 #include "common/error.h"
@@ -178,6 +180,37 @@ int printDryRun(const LaunchConfig& cfg) {
     }
   }
   return 0;
+}
+
+namespace {
+
+// Multi-node jobs run in ddprun-multinode (same launcher plus the gRPC rendezvous), so that the
+// common single-node agent never loads gRPC.
+int execMultiNode(char** argv) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string path = ec ? "ddprun-multinode" : (self.parent_path() / "ddprun-multinode").string();
+  ::execv(path.c_str(), argv);
+  std::cerr << "ddprun: error: multi-node jobs need " << path << " next to ddprun: " << std::strerror(errno) << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode) {
+  auto parsed = parseCommandLine(argc, argv);
+  if (parsed.kind == ParseResult::Kind::kExit) return parsed.exitStatus;
+  try {
+    if (parsed.config.dryRun) return printDryRun(parsed.config);
+    if (parsed.config.multiNode && !startMultiNode) return execMultiNode(argv);
+    return launch(parsed.config, startMultiNode);
+  } catch (const ConfigError& e) {
+    std::cerr << "ddprun: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun: error: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace ddprun

@@ -31,6 +31,10 @@ using MultiNodeStarter = std::function<MultiNodeRendezvous(const LaunchConfig&, 
 // startMultiNode may be null when config.multiNode is false.
 int launch(const LaunchConfig& config, const MultiNodeStarter& startMultiNode);
 
+// The whole command: parse, then dry run, launch, or (multi-node without a starter) exec the
+// sibling ddprun-multinode. Maps errors to exit statuses (2 bad input, 1 otherwise).
+int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode);
+
 // --dry_run: prints the rank map and each worker's environment to stdout; starts nothing.
 int printDryRun(const LaunchConfig& config);
 
