@@ -7,13 +7,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <vector>
 #include <thread>
 
 extern char** environ;
 
 namespace ddprun {
 
-Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker) {
+Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker, const std::string& temporaryFolder) {
   if (::access(watchdogPath.c_str(), X_OK) != 0) {
     spdlog::warn("{} not found: workers are still stopped on every exit of ddprun except kill -9", watchdogPath);
     return;
@@ -30,10 +31,16 @@ Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker) {
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-  std::string markerArg = marker;
-  char* argv[] = {const_cast<char*>(watchdogPath.c_str()), const_cast<char*>("--marker"), markerArg.data(), nullptr};
+  std::vector<std::string> args = {watchdogPath, "--marker", marker};
+  if (!temporaryFolder.empty()) {
+    args.push_back("--remove");
+    args.push_back(temporaryFolder);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, watchdogPath.c_str(), &actions, &attr, argv, environ);
+  int rc = ::posix_spawn(&pid, watchdogPath.c_str(), &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {

@@ -13,8 +13,9 @@ namespace ddprun {
 
 class Lifeline {
  public:
-  // Starts `watchdogPath --marker MARKER`. On failure logs a warning and stays inactive.
-  Lifeline(const std::string& watchdogPath, const std::string& marker);
+  // Starts `watchdogPath --marker MARKER [--remove FOLDER]`. On failure logs a warning and stays
+  // inactive.
+  Lifeline(const std::string& watchdogPath, const std::string& marker, const std::string& temporaryFolder = "");
   // Closes the pipe; unless released, waits briefly for the watchdog's final sweep, so that
   // "ddprun exited" means "nothing of the job is left".
   ~Lifeline();

@@ -97,7 +97,7 @@ class PosixProcessSupervisor::Impl {
     maxFd_ = (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
                  ? static_cast<unsigned>(limit.rlim_cur)
                  : 65536;
-    if (!options.watchdogPath.empty()) lifeline_ = std::make_unique<Lifeline>(options.watchdogPath, marker_);
+    if (!options.watchdogPath.empty()) lifeline_ = std::make_unique<Lifeline>(options.watchdogPath, marker_, options.temporaryFolder);
     waitForSigchld();
   }
 

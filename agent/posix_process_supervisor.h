@@ -19,6 +19,9 @@ namespace ddprun {
 struct PosixProcessSupervisorOptions {
   // Path of ddprun-watchdog; empty disables it (unit and integration tests of the class itself).
   std::string watchdogPath;
+  // A temporary folder of the run that the watchdog removes if the agent dies without cleaning up
+  // (kill -9); empty: none.
+  std::string temporaryFolder;
 };
 
 class PosixProcessSupervisor final : public ProcessSupervisor {

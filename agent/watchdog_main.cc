@@ -5,7 +5,9 @@
 // variable in its environment (grandchildren that left their group or daemonized), and exits.
 // "bye" means the agent cleaned up itself: the watchdog exits without a sweep.
 // It is a separate small program so that it costs little memory and shares no state with the agent.
+#include <ftw.h>
 #include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -35,8 +37,15 @@ void killMarked(const std::string& marker) {
 
 }  // namespace
 
+// Removes the agent's temporary folder (error files, per-round store) after kill -9.
+void removeTree(const char* path) {
+  ::nftw(path, [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+         FTW_DEPTH | FTW_PHYS);
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3 || std::strcmp(argv[1], "--marker") != 0) {
+  bool usage = argc != 3 && !(argc == 5 && std::strcmp(argv[3], "--remove") == 0);
+  if (usage || std::strcmp(argv[1], "--marker") != 0) {
     const char msg[] = "ddprun-watchdog is started by ddprun, not by hand\n";
     (void)!::write(2, msg, sizeof(msg) - 1);
     return 2;
@@ -68,5 +77,6 @@ int main(int argc, char** argv) {
   }
   for (pid_t pgid : groups) ::kill(-pgid, SIGKILL);
   killMarked(marker);
+  if (argc == 5) removeTree(argv[4]);
   return 0;
 }

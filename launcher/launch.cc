@@ -52,6 +52,7 @@ class RunDir {
     if (temporary_) fs::remove_all(path_, ec);
   }
   const std::string& path() const { return path_; }
+  bool temporary() const { return temporary_; }
 
  private:
   std::string path_;
@@ -97,7 +98,8 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   for (int sig : cfg.signalsToHandle) signals.add(sig);
 
   RunDir runDir(cfg);
-  PosixProcessSupervisor supervisor(io, PosixProcessSupervisorOptions{defaultWatchdogPath()});
+  PosixProcessSupervisor supervisor(
+      io, PosixProcessSupervisorOptions{defaultWatchdogPath(), runDir.temporary() ? runDir.path() : std::string()});
   MultiNodeRendezvous multiNode;
   std::unique_ptr<Rendezvous> rendezvous;
   if (cfg.multiNode) {
