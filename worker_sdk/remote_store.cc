@@ -1,7 +1,9 @@
 #include "worker_sdk/remote_store.h"
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "rendezvous/store_client.h"
+#include "worker_sdk/file_store.h"
 
 namespace ddp {
 
@@ -67,6 +69,17 @@ RemoteStoreOptions remoteStoreOptions(const Env& env) {
 }
 
 std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeout) {
+  // ddprun --standalone: a folder per round, already private to the round (no prefix needed).
+  constexpr std::string_view kFileScheme = "file://";
+  if (ddprun::startsWith(env.storeAddr, kFileScheme)) {
+    FileStoreOptions f;
+    f.path = env.storeAddr.substr(kFileScheme.size());
+    if (f.path.empty() || f.path[0] != '/') {
+      throw ddprun::ConfigError("DDPRUN_STORE_ADDR='" + env.storeAddr + "' must name an absolute folder (file:///path)");
+    }
+    f.timeout = timeout;
+    return std::make_unique<FileStore>(std::move(f));
+  }
   RemoteStoreOptions o = remoteStoreOptions(env);
   o.timeout = timeout;
   return std::make_unique<RemoteStore>(std::move(o));

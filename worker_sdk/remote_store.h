@@ -55,7 +55,8 @@ class RemoteStore final : public Store {
 // and naming DDPRUN_RUN_ID/TORCHELASTIC_RUN_ID when no run id is known.
 RemoteStoreOptions remoteStoreOptions(const Env& env);
 
-// Connects to the job's store: RemoteStore(remoteStoreOptions(env)) with the given timeout.
+// Connects to the job's store with the given timeout: a FileStore over the folder when
+// DDPRUN_STORE_ADDR is file:///path (ddprun --standalone), else RemoteStore(remoteStoreOptions(env)).
 std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeout = Store::kDefaultTimeout);
 
 }  // namespace ddp

@@ -1,0 +1,27 @@
+// The trainer's command line: --epochs N --batch B --lr X --seed S --backend gloo|nccl
+// --checkpoint PATH --crash_at_epoch E (both "--flag value" and "--flag=value").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace train {
+
+struct Options {
+  int epochs = 5;
+  int batch = 64;              // the global batch, split evenly over the ranks
+  double lr = 0.4;
+  uint64_t seed = 1;
+  std::string backend = "gloo";
+  std::string checkpoint;      // empty: no checkpoint
+  int crashAtEpoch = 0;        // test hook: rank 1 exits with 3 at the start of this epoch (first attempt only)
+  int samples = 4096;
+  bool help = false;
+};
+
+// Parses argv; throws std::invalid_argument with a message naming the bad flag.
+Options parseOptions(int argc, char** argv);
+const char* usage();
+
+}  // namespace train
