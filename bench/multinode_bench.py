@@ -10,8 +10,9 @@ Usage: bench/multinode_bench.py [--quick] [--build-dir DIR] [--report PATH] [--o
            against one rendezvous: time from the first agent's spawn to all N workers running.
            ddprun against a ddprun-rdzv daemon; torchrun --rdzv_backend=c10d (one agent hosts the
            TCPStore). Workers stamp a file and hold; then every agent gets SIGTERM (teardown).
-           Floors, spawned the same way: N bare sh workers, N `ddprun --version` (loading the
-           binary), N `ddprun --standalone` (agent + worker, no network rendezvous). First: memory
+           Floors, spawned the same way: N bare sh workers, N `ddprun-multinode --version` (loading
+           the gRPC binary that ddprun execs for multi-node jobs), N `ddprun --standalone` (agent +
+           worker, no network rendezvous). First: memory
            per agent (N=8, workers kept alive), sizes that would not fit are skipped, saying why;
            and one agent's CPU against the number of processes on the host (--crowd).
   failure  3 agents, --nnodes=2:3: kill -9 one node; time from the kill to the 2 survivors'
@@ -25,7 +26,8 @@ Usage: bench/multinode_bench.py [--quick] [--build-dir DIR] [--report PATH] [--o
            server in its own process); both driven by the same C++ loop (bench/store_bench.cc).
 
 Needs the helpers built: cmake -S . -B build-mnb -G Ninja -DDDPRUN_BUILD_BENCH=ON &&
-cmake --build build-mnb -- ddprun ddprun-watchdog ddprun-rdzv ddprun-store-bench tcpstore-bench
+cmake --build build-mnb -- ddprun ddprun-multinode ddprun-watchdog ddprun-rdzv ddprun-store-bench \
+  tcpstore-bench
 (--build-dir, else $DDPRUN_BUILD_DIR, else build-mnb). Full run ~25 min, --quick ~5 min.
 
 Not a test; never run in CI. Bounded in time (--max-minutes, and a limit per step). Every process
@@ -123,21 +125,33 @@ class Procs:
         self.reap()
         return self.children.get(pid, [None, None])[1]
 
+    def is_marked(self, pid):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                return ("DDPRUN_MNB_MARK=" + self.mark).encode() in f.read()
+        except OSError:
+            return False
+
     def marked(self):
         """Pids of live processes carrying our mark (excluding ourselves)."""
-        out = []
         me = os.getpid()
-        needle = ("DDPRUN_MNB_MARK=" + self.mark).encode()
-        for d in os.listdir("/proc"):
-            if not d.isdigit() or int(d) == me:
-                continue
-            try:
-                with open("/proc/%s/environ" % d, "rb") as f:
-                    if needle in f.read():
-                        out.append(int(d))
-            except OSError:
-                pass
-        return out
+        return [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) != me and self.is_marked(int(d))]
+
+    def kill(self, pid, sig):
+        """Signals pid only if it is still ours: an unreaped child of the driver, or a process that
+        carries our mark, checked through a pidfd so that a pid reused meanwhile is never hit."""
+        ours_child = pid in self.children and self.children[pid][1] is None
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            if ours_child or self.is_marked(pid):
+                signal.pidfd_send_signal(fd, sig)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def kill_all(self):
         """SIGKILLs everything carrying our mark, then reaps; repeats until nothing is left."""
@@ -149,10 +163,7 @@ class Procs:
             if not pids:
                 break
             for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                self.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
         self.reap()
         self.children = {}
@@ -202,16 +213,6 @@ def _set_nice(pid, value):
         return True
     except OSError:
         return False
-
-
-def _exists(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -366,6 +367,7 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="ddprun-mnb-")
         self.bindir = os.path.join(args.build_dir, "bin")
         self.ddprun = os.path.join(self.bindir, "ddprun")
+        self.multinode = os.path.join(self.bindir, "ddprun-multinode")
         self.rdzv = os.path.join(self.bindir, "ddprun-rdzv")
         self.store_bench = os.path.join(self.bindir, "ddprun-store-bench")
         self.tcpstore_bench = os.path.join(self.bindir, "tcpstore-bench")
@@ -383,6 +385,15 @@ class Bench:
         d = os.path.join(self.tmp, "%03d-%s" % (self.seq, name))
         os.makedirs(d)
         return d
+
+    def step_env(self, d):
+        """MNB_DIR for the workers' stamps, and TMPDIR, so that the run folders of agents that the
+        driver SIGKILLs (ddprun_*, torchelastic_*) go away with the step's folder."""
+        for k in ("MNB_DIR", "TMPDIR"):
+            if d:
+                self.procs.env[k] = d
+            else:
+                self.procs.env.pop(k, None)
 
     def note_cmd(self, label, argv):
         line = " ".join(_q(a) for a in argv)
@@ -512,7 +523,7 @@ class Bench:
         worker runs (or the step fails), every agent gets SIGTERM and the teardown is timed."""
         d = self.newdir("%s-%d" % (kind, n))
         run_id = "mnb-%s-%d-%s" % (kind, n, uuid.uuid4().hex[:6])
-        self.procs.env["MNB_DIR"] = d
+        self.step_env(d)
         daemon_pid = None
         res = {"kind": kind, "n": n, "ok": False}
         worker = self.stamp_worker(exit_after=False)
@@ -533,7 +544,7 @@ class Bench:
                 argvs = [[SH, "-c", 'echo x > "$MNB_DIR/w.%d"' % i] for i in range(n)]
                 self.note_cmd("sh floor", [SH, "-c", 'echo x > "$MNB_DIR/w.I"'])
             else:  # version: the floor of loading the ddprun binary N times
-                argvs = [[self.ddprun, "--version"]] * n
+                argvs = [[self.multinode, "--version"]] * n
                 self.note_cmd("binary floor", argvs[0])
             holds = kind not in ("sh", "version")
             want = 0 if kind == "version" else n
@@ -543,7 +554,6 @@ class Bench:
             t0, spawn_s, pids = self.spawn_many(argvs, d)
             m_spawned = time.monotonic()
             stamps, exited_at = self.await_stamps(d, want, pids, timeout)
-            m_up = time.monotonic()
             res["spawn_loop_s"] = spawn_s
             res["workers"] = len(stamps)
             res["peak_mem_drop"] = max(0, avail0 - self.min_avail)
@@ -578,10 +588,9 @@ class Bench:
                 # Teardown: SIGTERM to every agent, until all have exited.
                 m_term = time.monotonic()
                 for p in pids:
-                    try:
-                        os.kill(p, signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
+                    # Only children not reaped yet: a reaped pid may belong to someone else now.
+                    if self.procs.alive(p):
+                        self.procs.kill(p, signal.SIGTERM)
                 end = m_term + max(60.0, 0.2 * n)
                 while time.monotonic() < end and any(self.procs.alive(p) for p in pids):
                     time.sleep(0.05)
@@ -594,7 +603,6 @@ class Bench:
                 died = [i for i, c in enumerate(codes) if c != 0]
                 res["failed_agents"] = len(died)
                 res["ok"] = len(stamps) == want and exited_at is not None and not died
-            del m_up
             if daemon_pid:
                 res["daemon_rss"] = proc_hwm(daemon_pid)
                 res["daemon_cpu_s"] = proc_cpu_seconds(daemon_pid)
@@ -610,7 +618,7 @@ class Bench:
                     tail(os.path.join(d, "log.%d" % bad[0]), 4).strip().replace("\n", " | ")[-300:])
         finally:
             self.cleanup_step()
-            self.procs.env.pop("MNB_DIR", None)
+            self.step_env(None)
             shutil.rmtree(d, ignore_errors=True)
         return res
 
@@ -620,7 +628,7 @@ class Bench:
         """Keeps n agents with sleeping workers up; returns per-agent Pss/Rss of the launcher's own
         processes (everything but the worker), threads, and the daemon's."""
         d = self.newdir("mem-%s" % kind)
-        self.procs.env["MNB_DIR"] = d
+        self.step_env(d)
         run_id = "mnb-mem-%s-%s" % (kind, uuid.uuid4().hex[:6])
         out = {"kind": kind, "n": n}
         try:
@@ -668,7 +676,7 @@ class Bench:
                 out["daemon_rss"] = m[1] if m else None
         finally:
             self.cleanup_step()
-            self.procs.env.pop("MNB_DIR", None)
+            self.step_env(None)
             shutil.rmtree(d, ignore_errors=True)
         return out
 
@@ -686,8 +694,11 @@ class Bench:
 
         agent = [self.ddprun, "--standalone", "--nproc_per_node=1", "--no_python", "/bin/true"]
         self.note_cmd("agent CPU probe", agent)
+        self.note_cmd("binary load probe", [self.ddprun, "--version"])
+        self.note_cmd("binary load probe", [self.multinode, "--version"])
         rows = []
         d = self.newdir("probe")
+        self.step_env(d)
         try:
             for extra in (0, crowd):
                 if extra:
@@ -696,10 +707,12 @@ class Bench:
                     time.sleep(0.5)
                 nprocs = len([x for x in os.listdir("/proc") if x.isdigit()])
                 ver = cpu_of([self.ddprun, "--version"])[0]
+                ver_mn = cpu_of([self.multinode, "--version"])[0]
                 cpu, wall = cpu_of(agent)
-                rows.append((nprocs, ver, cpu, wall))
+                rows.append((nprocs, ver, ver_mn, cpu, wall))
         finally:
             self.cleanup_step()
+            self.step_env(None)
             shutil.rmtree(d, ignore_errors=True)
         return rows
 
@@ -761,10 +774,12 @@ class Bench:
         self.report.append("CPU of one agent's whole life (`ddprun --standalone --nproc_per_node=1 --no_python "
                            "/bin/true`, mean of 10, agent + watchdog + worker) against the number of "
                            "processes on the host (extra ones are sleeping `sleep` processes):\n")
-        self.report.append("| processes on the host | `ddprun --version` CPU ms | one agent's life CPU ms | wall ms |")
-        self.report.append("|---|---|---|---|")
-        for nprocs, ver, cpu, wall in probe:
-            self.report.append("| %d | %.1f | %.1f | %.0f |" % (nprocs, ver * 1000, cpu * 1000, wall * 1000))
+        self.report.append("| processes on the host | `ddprun --version` CPU ms | `ddprun-multinode --version` CPU ms "
+                           "| one agent's life CPU ms | wall ms |")
+        self.report.append("|---|---|---|---|---|")
+        for nprocs, ver, ver_mn, cpu, wall in probe:
+            self.report.append("| %d | %.1f | %.1f | %.1f | %.0f |" % (nprocs, ver * 1000, ver_mn * 1000, cpu * 1000,
+                                                                      wall * 1000))
         self.report.append("")
         self.probe = probe
 
@@ -807,7 +822,8 @@ class Bench:
                            "file; its mtime is the time; same kernel clock as t0). Launcher workers then "
                            "hold (sleep), as training workers would, so the start is timed without early "
                            "exits in the way; then every agent gets SIGTERM and `teardown` is the time "
-                           "until all have exited. The sh and --version floors just exit (`all exited`). "
+                           "until all have exited. The sh and `ddprun-multinode --version` floors just exit "
+                           "(`all exited`); a multi-node agent is ddprun, which execs ddprun-multinode. "
                            "`spawn loop`: how long the loop took to spawn all N. CPU: user+system seconds "
                            "of all agents with their watchdogs and workers, until all workers ran / in "
                            "total with the teardown; with 2 cores, CPU/2 is a floor for wall time. "
@@ -817,7 +833,7 @@ class Bench:
                            "teardown s | CPU agents until up / total s | CPU daemon up / total s | steady CPU ms/s "
                            "agents / daemon | daemon peak RSS MiB | peak MemAvailable drop MiB | load |")
         self.report.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        names = {"sh": "floor: N bare sh workers", "version": "floor: N `ddprun --version` (exit)",
+        names = {"sh": "floor: N bare sh workers", "version": "floor: N `ddprun-multinode --version` (exit)",
                  "standalone": "floor: N `ddprun --standalone`",
                  "ddprun": "**ddprun + ddprun-rdzv**", "ddprun_hb": "ddprun, `heartbeat_timeout=60`",
                  "torchrun": "torchrun c10d"}
@@ -877,7 +893,7 @@ class Bench:
 
     def run_failure_case(self, kind, variant, bound):
         d = self.newdir("fail-%s-%s" % (kind, variant))
-        self.procs.env["MNB_DIR"] = d
+        self.step_env(d)
         run_id = "mnb-fail-%s-%s" % (kind, uuid.uuid4().hex[:6])
         res = {"kind": kind, "variant": variant, "ok": False}
         script = self.node_worker(variant == "node")
@@ -923,7 +939,9 @@ class Bench:
             survivors = [i for i in range(3) if i != victim]
             victim_worker = [f[1] for f in files() if f[0] == victim]
             if variant == "node":
-                targets = [pids[victim]] + self.procs.descendants(pids[victim])
+                # Only processes that carry our mark: never a pid that was reused meanwhile.
+                ours = set(self.procs.marked())
+                targets = [pids[victim]] + [p for p in self.procs.descendants(pids[victim]) if p in ours]
             else:
                 targets = [pids[victim]]
             kill_path = os.path.join(d, "kill")  # its mtime: the stamps' clock
@@ -931,10 +949,7 @@ class Bench:
                 f.write("kill")
             t_kill = os.stat(kill_path).st_mtime_ns
             for p in targets:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                self.procs.kill(p, signal.SIGKILL)
             res["first_round"] = next((f[3][0] for f in first if f[3]), "?")
 
             gone = {}
@@ -976,7 +991,7 @@ class Bench:
             res["survivor_agents_alive"] = sum(1 for i in survivors if self.procs.alive(pids[i]))
         finally:
             self.cleanup_step()
-            self.procs.env.pop("MNB_DIR", None)
+            self.step_env(None)
             shutil.rmtree(d, ignore_errors=True)
         return res
 
@@ -1048,7 +1063,7 @@ class Bench:
             self.report.append("ddprun-store-bench not built (configure with -DDDPRUN_BUILD_BENCH=ON); skipped.\n")
             return
         d = self.newdir("store")
-        self.procs.env["MNB_DIR"] = d
+        self.step_env(d)
         results = []
         try:
             daemon_pid, port = self.start_daemon(d)
@@ -1107,7 +1122,7 @@ class Bench:
                                 log("  rc %d: %s" % (out.returncode, out.stderr[-500:]))
         finally:
             self.cleanup_step()
-            self.procs.env.pop("MNB_DIR", None)
+            self.step_env(None)
             shutil.rmtree(d, ignore_errors=True)
 
         self.report.append("Each client is its own process with its own connection (as each worker of a job "
@@ -1187,7 +1202,7 @@ class Bench:
         lines += self.report
         lines.append("## Exact commands\n")
         lines.append("Agents are started with os.posix_spawn in a tight loop, each with stdout/stderr to "
-                     "its own file; MNB_DIR is a fresh temporary directory.\n")
+                     "its own file; MNB_DIR and TMPDIR are the step's fresh temporary directory.\n")
         lines.append("```")
         for label, cmd in self.commands:
             lines.append("# %s\n%s" % (label, cmd))
@@ -1280,7 +1295,7 @@ def main():
     args.build_dir = os.path.abspath(args.build_dir)
     only = set(args.only.split(","))
 
-    for b in ("ddprun", "ddprun-rdzv", "ddprun-watchdog"):
+    for b in ("ddprun", "ddprun-multinode", "ddprun-rdzv", "ddprun-watchdog"):
         if not os.access(os.path.join(args.build_dir, "bin", b), os.X_OK):
             sys.exit("missing %s/bin/%s: build first (see --help)" % (args.build_dir, b))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
