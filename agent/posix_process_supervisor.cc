@@ -199,19 +199,26 @@ class PosixProcessSupervisor::Impl {
   }
 
   // Kills living descendants (other than running workers and the watchdog) until none is left;
-  // bounded to one second. As a subreaper the agent gets every orphan of its tree back, so the
-  // parent tree finds them all; the (costlier) marker scan is needed only when that failed.
+  // bounded to one second. As a subreaper the agent gets every orphan of its tree back, so its
+  // own tree (children files) finds them all; the scan of every process's parent and environment
+  // is needed only when that failed. With 1024 agents on one host, scanning all of /proc in
+  // every agent took 23 s to stop them.
   int killOrphans() {
     int killed = 0;
     pid_t self = ::getpid();
     pid_t watchdog = lifeline_ ? lifeline_->watchdogPid() : -1;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (std::chrono::steady_clock::now() < deadline) {
-      auto table = proc::listProcesses();
       std::set<pid_t> victims;
-      for (pid_t pid : proc::liveDescendants(self, table)) victims.insert(pid);
-      if (!subreaper_) {
-        for (pid_t pid : proc::liveProcessesWithMarker(marker_, table)) victims.insert(pid);
+      auto descendants = subreaper_ ? proc::liveDescendantsOf(self) : std::nullopt;
+      if (descendants) {
+        victims.insert(descendants->begin(), descendants->end());
+      } else {
+        auto table = proc::listProcesses();
+        for (pid_t pid : proc::liveDescendants(self, table)) victims.insert(pid);
+        if (!subreaper_) {
+          for (pid_t pid : proc::liveProcessesWithMarker(marker_, table)) victims.insert(pid);
+        }
       }
       std::erase_if(victims, [&](pid_t pid) { return pid == watchdog || inRunningGroup(pid); });
       if (victims.empty()) break;

@@ -73,6 +73,43 @@ std::vector<pid_t> liveDescendants(pid_t root, const std::vector<ProcessInfo>& t
   return result;
 }
 
+std::optional<std::vector<pid_t>> liveDescendantsOf(pid_t root) {
+  std::vector<pid_t> result;
+  std::vector<pid_t> frontier{root};
+  while (!frontier.empty()) {
+    pid_t parent = frontier.back();
+    frontier.pop_back();
+    const std::string taskDir = "/proc/" + std::to_string(parent) + "/task";
+    DIR* dir = ::opendir(taskDir.c_str());
+    if (!dir) {
+      if (parent == root) return std::nullopt;
+      continue;  // it ended meanwhile; its children went to the subreaper, found on the next pass
+    }
+    bool sawChildrenFile = false;
+    while (dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      const std::string path = taskDir + "/" + entry->d_name + "/children";
+      if (::access(path.c_str(), R_OK) != 0) continue;
+      sawChildrenFile = true;
+      const std::string children = readProcFile(path);  // "pid pid ... "
+      const char* p = children.c_str();
+      while (*p) {
+        char* end = nullptr;
+        long pid = std::strtol(p, &end, 10);
+        if (end == p) break;
+        p = end;
+        ProcessInfo info;
+        if (pid <= 0 || pid == root || !parseStat(static_cast<pid_t>(pid), &info)) continue;
+        if (info.state != 'Z') result.push_back(info.pid);
+        frontier.push_back(info.pid);
+      }
+    }
+    ::closedir(dir);
+    if (parent == root && !sawChildrenFile) return std::nullopt;
+  }
+  return result;
+}
+
 std::vector<pid_t> liveProcessesWithMarker(const std::string& marker, const std::vector<ProcessInfo>& table) {
   std::vector<pid_t> result;
   const std::string needle = marker + "=";

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ std::vector<ProcessInfo> listProcesses();
 
 // Living (non-zombie) processes below root in the parent tree, root itself excluded.
 std::vector<pid_t> liveDescendants(pid_t root, const std::vector<ProcessInfo>& table);
+
+// Living processes below root, found through /proc/<pid>/task/<tid>/children: costs a few reads
+// per descendant instead of one per process of the machine. nullopt when the kernel has no
+// children files (CONFIG_PROC_CHILDREN off); use listProcesses() and liveDescendants() then.
+std::optional<std::vector<pid_t>> liveDescendantsOf(pid_t root);
 
 // Living processes whose environment holds a variable named `marker`. Processes of other users
 // cannot be read and are skipped.
