@@ -15,6 +15,8 @@ bool ncclBuilt();
 std::unique_ptr<Communicator> makeNcclCommunicator(const Env& env, Store& store, const CommunicatorOptions& options);
 // A fresh ncclUniqueId as bytes (ncclGetUniqueId; needs no GPU). ConfigError without NCCL.
 std::string newNcclUniqueId();
+// whyBackendUnusable(kNccl): not built, or no CUDA device (with CUDA's message); empty if usable.
+std::string ncclUnusableReason();
 // cudaGetDeviceCount, or 0 when there is no driver, no device, or no CUDA in this build.
 int cudaDeviceCount();
 

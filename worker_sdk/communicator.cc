@@ -1,6 +1,8 @@
 #include "worker_sdk/communicator.h"
 
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "common/error.h"
 #include "worker_sdk/backends.h"
@@ -19,6 +21,24 @@ void checkBuffers(const char* what, const void* send, const void* recv, std::siz
   }
 }
 
+// The default staging buffer: host memory, for backends whose collectives work on it.
+class HostStagingBuffer final : public StagingBuffer {
+ public:
+  explicit HostStagingBuffer(std::size_t bytes) : StagingBuffer(bytes), bytes_(bytes) {}
+  void* data() override { return bytes_.data(); }
+
+ protected:
+  void doCopyFromHost(const void* src, std::size_t bytes, std::size_t offset) override {
+    std::memcpy(bytes_.data() + offset, src, bytes);
+  }
+  void doCopyToHost(void* dst, std::size_t bytes, std::size_t offset) override {
+    std::memcpy(dst, bytes_.data() + offset, bytes);
+  }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
 }  // namespace
 
 Backend parseBackend(std::string_view name) {
@@ -30,6 +50,27 @@ Backend parseBackend(std::string_view name) {
 const char* toString(Backend backend) { return backend == Backend::kGloo ? "gloo" : "nccl"; }
 
 bool isBackendAvailable(Backend backend) { return backend == Backend::kGloo || detail::ncclBuilt(); }
+
+std::string whyBackendUnusable(Backend backend) {
+  return backend == Backend::kGloo ? std::string() : detail::ncclUnusableReason();
+}
+
+std::unique_ptr<StagingBuffer> Communicator::makeStagingBuffer(std::size_t bytes) {
+  return std::make_unique<HostStagingBuffer>(bytes);
+}
+
+void Communicator::allReduceHost(void* data, std::size_t count, DataType type, ReduceOp op) {
+  if (memoryKind() == MemoryKind::kHost) {
+    allReduce(data, data, count, type, op);
+    return;
+  }
+  checkBuffers("allReduceHost", data, data, count, type);
+  const std::size_t bytes = count * elementSize(type);
+  auto staged = makeStagingBuffer(bytes);
+  staged->copyFromHost(data, bytes, 0);
+  allReduce(staged->data(), staged->data(), count, type, op);
+  staged->copyToHost(data, bytes, 0);
+}
 
 Work Communicator::allReduceAsync(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   checkBuffers("allReduce", send, recv, count, type);

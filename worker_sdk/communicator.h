@@ -7,6 +7,9 @@
 // Operations of one communicator run in issue order. A failed or timed-out operation aborts the
 // communicator: later operations fail at once with ddprun::StateError, so a restart of the group
 // is never blocked by a hung peer.
+//
+// Buffers live where memoryKind() says (host for gloo, the device for nccl). Host-side code that
+// must run on either stages its data through makeStagingBuffer(), or uses allReduceHost().
 #pragma once
 
 #include <chrono>
@@ -18,6 +21,7 @@
 
 #include "worker_sdk/data_type.h"
 #include "worker_sdk/env.h"
+#include "worker_sdk/staging_buffer.h"
 #include "worker_sdk/store.h"
 #include "worker_sdk/work.h"
 
@@ -30,6 +34,10 @@ Backend parseBackend(std::string_view name);
 const char* toString(Backend backend);
 // Whether this build of libddp has the backend (nccl: built with CUDA and NCCL).
 bool isBackendAvailable(Backend backend);
+// Why this process cannot use the backend, as a predicate to follow its name ("is not available:
+// libddp was built without ...", "needs a CUDA device: <CUDA's message>"); empty when it can.
+// Lets a program refuse a backend with one clear line before it joins the job.
+std::string whyBackendUnusable(Backend backend);
 
 struct CommunicatorOptions {
   // Bounds the bootstrap (store waits, connecting to peers) and every collective. PyTorch's
@@ -56,6 +64,12 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual Backend backend() const = 0;
+  // Where the buffers of this communicator's collectives must live.
+  virtual MemoryKind memoryKind() const { return MemoryKind::kHost; }
+  // A buffer of `bytes` in memoryKind() memory whose copies from and to host memory are ordered
+  // with this communicator's collectives; the backend alone decides how host data reaches its
+  // collectives. Host memory by default (the copies are memcpy); nccl allocates on its device.
+  virtual std::unique_ptr<StagingBuffer> makeStagingBuffer(std::size_t bytes);
 
   // recv[i] = op over ranks of send[i], for count elements. send may equal recv (in place).
   Work allReduceAsync(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
@@ -76,6 +90,10 @@ class Communicator {
   void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op);
   void barrier();
 
+  // In-place all-reduce of host memory on any backend: directly where memoryKind() is host, else
+  // staged through a staging buffer (two copies). For small host values such as a loss sum.
+  void allReduceHost(void* data, std::size_t count, DataType type, ReduceOp op);
+
   // Typed, in-place conveniences.
   template <typename T>
   Work allReduceAsync(std::span<T> data, ReduceOp op = ReduceOp::kSum) {
@@ -94,6 +112,10 @@ class Communicator {
   void allGather(std::span<const T> send, std::span<T> recv) {
     checkSpanSizes(send.size(), recv.size(), "allGather: recv must hold size() * send.size() elements");
     allGather(send.data(), recv.data(), send.size(), dataTypeOf<T>());
+  }
+  template <typename T>
+  void allReduceHost(std::span<T> data, ReduceOp op = ReduceOp::kSum) {
+    allReduceHost(data.data(), data.size(), dataTypeOf<T>(), op);
   }
   // send.size() must be size() * recv.size().
   template <typename T>

@@ -10,5 +10,6 @@
 #include "worker_sdk/in_memory_store.h"
 #include "worker_sdk/prefix_store.h"
 #include "worker_sdk/remote_store.h"
+#include "worker_sdk/staging_buffer.h"
 #include "worker_sdk/store.h"
 #include "worker_sdk/work.h"

@@ -1,7 +1,6 @@
 #include "worker_sdk/gradient_reducer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <mutex>
 
@@ -12,17 +11,18 @@ namespace ddp {
 namespace {
 
 struct Bucket {
-  std::vector<std::size_t> gradients;  // indices, in packing order
-  std::vector<float> data;             // the packed values
-  std::size_t pending = 0;             // gradients not yet ready in this step
-  Work work;                           // the all-reduce in flight
+  std::vector<std::size_t> gradients;     // indices, in packing order
+  std::size_t elements = 0;               // floats packed
+  std::unique_ptr<StagingBuffer> buffer;  // the packed values, where the communicator works
+  std::size_t pending = 0;                // gradients not yet ready in this step
+  Work work;                              // the all-reduce in flight
   bool started = false;
 };
 
 // Where a gradient lives in the buckets.
 struct Slot {
   std::size_t bucket = 0;
-  std::size_t offset = 0;  // in floats
+  std::size_t offset = 0;  // in bytes
 };
 
 }  // namespace
@@ -30,23 +30,18 @@ struct Slot {
 struct GradientReducer::Impl {
   Impl(Communicator& c, std::vector<std::span<float>> g, GradientReducerOptions o)
       : comm(c), gradients(std::move(g)), options(o), ready(gradients.size(), false), slots(gradients.size()) {
-    if (comm.backend() == Backend::kNccl) {
-      throw ddprun::ConfigError("GradientReducer packs host-memory gradients; the nccl backend needs device "
-                                "buffers (use an all-reduce on device memory instead)");
-    }
     // Reverse registration order, closing a bucket once it reaches the cap, as DDP does.
-    std::size_t bytes = 0;
     for (std::size_t i = gradients.size(); i-- > 0;) {
-      if (buckets.empty() || bytes >= options.bucketCapBytes) {
+      if (buckets.empty() || buckets.back().elements * sizeof(float) >= options.bucketCapBytes) {
         buckets.emplace_back();
-        bytes = 0;
       }
       Bucket& bucket = buckets.back();
-      slots[i] = Slot{buckets.size() - 1, bucket.data.size()};
+      slots[i] = Slot{buckets.size() - 1, bucket.elements * sizeof(float)};
       bucket.gradients.push_back(i);
-      bucket.data.resize(bucket.data.size() + gradients[i].size());
-      bytes += gradients[i].size() * sizeof(float);
+      bucket.elements += gradients[i].size();
     }
+    // The communicator decides where a bucket lives (host memory for gloo, its device for nccl).
+    for (Bucket& bucket : buckets) bucket.buffer = comm.makeStagingBuffer(bucket.elements * sizeof(float));
     resetStep();
   }
 
@@ -62,19 +57,28 @@ struct GradientReducer::Impl {
   }
 
   void markLocked(std::size_t index) {
+    if (sync) {
+      // Copied in now, while backward goes on (nccl: enqueued on the communicator's stream). First,
+      // so that a failed copy leaves the gradient unmarked and finish() tries it again.
+      const Slot slot = slots[index];
+      buckets[slot.bucket].buffer->copyFromHost(gradients[index].data(), gradients[index].size_bytes(), slot.offset);
+      --buckets[slot.bucket].pending;
+    }
     ready[index] = true;
     ++marked;
-    if (!sync) return;
-    const Slot slot = slots[index];
-    Bucket& bucket = buckets[slot.bucket];
-    std::copy(gradients[index].begin(), gradients[index].end(), bucket.data.begin() + static_cast<std::ptrdiff_t>(slot.offset));
-    --bucket.pending;
-    // Start buckets strictly in order: every rank must issue the same collectives in the same order.
+    if (sync) startReadyBuckets();
+  }
+
+  // Starts buckets strictly in order: every rank must issue the same collectives in the same order.
+  // A bucket counts as started only once its all-reduce was issued, so a failed start is retried.
+  void startReadyBuckets() {
     while (nextBucket < buckets.size() && buckets[nextBucket].pending == 0) {
-      Bucket& next = buckets[nextBucket++];
-      next.work = comm.allReduceAsync(next.data.data(), next.data.data(), next.data.size(), DataType::kFloat32,
+      Bucket& next = buckets[nextBucket];
+      void* data = next.buffer->data();
+      next.work = comm.allReduceAsync(data, data, next.elements, DataType::kFloat32,
                                       options.average ? ReduceOp::kAvg : ReduceOp::kSum);
       next.started = true;
+      ++nextBucket;
     }
   }
 
@@ -137,16 +141,22 @@ void GradientReducer::finish() {
     for (std::size_t i = m.gradients.size(); i-- > 0;) {
       if (!m.ready[i]) m.markLocked(i);
     }
+    m.startReadyBuckets();  // when a start failed in markReady() after every gradient was marked
   } catch (...) {
     error = std::current_exception();
   }
   std::exception_ptr waitError = m.waitAll();
   if (!error) error = waitError;
   if (!error) {
-    for (std::size_t i = 0; i < m.gradients.size(); ++i) {
-      const Slot slot = m.slots[i];
-      const auto& data = m.buckets[slot.bucket].data;
-      std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(slot.offset), m.gradients[i].size(), m.gradients[i].begin());
+    // Every all-reduce completed (bounded by the communicator's timeout); the copies out are
+    // ordered after them and return once the host holds the averages.
+    try {
+      for (std::size_t i = 0; i < m.gradients.size(); ++i) {
+        const Slot slot = m.slots[i];
+        m.buckets[slot.bucket].buffer->copyToHost(m.gradients[i].data(), m.gradients[i].size_bytes(), slot.offset);
+      }
+    } catch (...) {
+      error = std::current_exception();
     }
   }
   m.resetStep();

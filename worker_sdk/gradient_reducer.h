@@ -5,7 +5,9 @@
 // writes the averages back. Inside a noSync() scope nothing is communicated: gradients accumulate
 // locally, and the next synchronized step all-reduces the accumulated sums.
 //
-// Gradients are spans of float in host memory (the gloo backend). Every rank must register the
+// Gradients are spans of float in host memory, on any backend: each bucket is a staging buffer
+// the communicator makes (host memory for gloo; device memory for nccl, where a gradient is copied
+// in when marked ready and the averages are copied back in finish()). Every rank must register the
 // same gradients with the same sizes. Thread-safe: markReady() may come from several threads.
 #pragma once
 
@@ -28,22 +30,24 @@ struct GradientReducerOptions {
 
 class GradientReducer {
  public:
-  // `comm` and the gradients' memory must outlive the reducer. ddprun::ConfigError for an nccl
-  // communicator (its buffers live on the device).
+  // `comm` and the gradients' memory must outlive the reducer. Allocates the buckets' staging
+  // buffers (ddprun::Error when the backend cannot, e.g. out of device memory).
   GradientReducer(Communicator& comm, std::vector<std::span<float>> gradients, GradientReducerOptions options = {});
   // Waits for buckets still in flight (their errors are dropped).
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  // Gradient `index` (registration order) holds its final value for this step. Starts its
-  // bucket's all-reduce when that completes the bucket, and every earlier bucket is started
-  // (buckets start in the same order on every rank). Throws ddprun::ConfigError for a bad index,
-  // ddprun::StateError when the gradient was already marked in this step.
+  // Gradient `index` (registration order) holds its final value for this step; leave it unchanged
+  // until finish() (a device backend may still be copying it in). Starts its bucket's all-reduce
+  // when that completes the bucket, and every earlier bucket is started (buckets start in the
+  // same order on every rank). Throws ddprun::ConfigError for a bad index, ddprun::StateError when
+  // the gradient was already marked in this step, the communicator's errors (copy or collective).
   void markReady(std::size_t index);
   // Ends the step. Synchronized: takes every gradient not yet marked as ready, waits for all
   // buckets and writes the averaged values back into the gradients; rethrows the first
-  // collective error. Inside noSync(): leaves the gradients untouched.
+  // collective or copy error, and then leaves the gradients unspecified (the step is lost; an
+  // aborted communicator fails every later step too). Inside noSync(): leaves them untouched.
   void finish();
 
   // Skips communication until the returned guard is destroyed, as DDP's no_sync(): markReady()

@@ -6,6 +6,10 @@
 // stream; work on other streams must be synchronized by the caller first); a Work records a CUDA
 // event and its wait() polls that event and ncclCommGetAsyncError until done, failed or past the
 // deadline, so wait() blocks the host, not a stream.
+//
+// Staging buffers (for host-side callers such as GradientReducer) are device memory whose copies
+// are enqueued on that same stream: a copy in is ordered before the next collective, and a copy
+// out after the last one, then synchronized, so the host reads final values.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -219,6 +223,50 @@ class NcclWork final : public WorkState {
   std::atomic<bool> succeeded_{false};  // seen complete before any abort
 };
 
+// Device memory on the communicator's device; copies run on its stream (see the file comment).
+class NcclStagingBuffer final : public StagingBuffer {
+ public:
+  NcclStagingBuffer(std::shared_ptr<NcclState> state, std::size_t bytes)
+      : StagingBuffer(bytes), state_(std::move(state)) {
+    if (bytes == 0) return;
+    DeviceGuard onDevice(state_->device);
+    DDP_CUDA_CHECK(cudaMalloc(&data_, bytes));
+  }
+  // cudaFree waits for work still using the buffer; an aborted communicator has ended its kernels.
+  ~NcclStagingBuffer() override {
+    if (data_) cudaFree(data_);
+  }
+
+  void* data() override { return data_; }
+
+ protected:
+  void doCopyFromHost(const void* src, std::size_t bytes, std::size_t offset) override {
+    checkUsable("copyFromHost");
+    DeviceGuard onDevice(state_->device);
+    DDP_CUDA_CHECK(cudaMemcpyAsync(at(offset), src, bytes, cudaMemcpyHostToDevice, state_->stream));
+  }
+  void doCopyToHost(void* dst, std::size_t bytes, std::size_t offset) override {
+    checkUsable("copyToHost");
+    DeviceGuard onDevice(state_->device);
+    DDP_CUDA_CHECK(cudaMemcpyAsync(dst, at(offset), bytes, cudaMemcpyDeviceToHost, state_->stream));
+    // Also the completion of every earlier copy in, whose host source may be reused from now on.
+    DDP_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
+  }
+
+ private:
+  std::byte* at(std::size_t offset) { return static_cast<std::byte*>(data_) + offset; }
+  // An aborted communicator's buffers hold no result: fail as its collectives do.
+  void checkUsable(const char* what) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->aborted && !state_->destroyed) {
+      throw ddprun::StateError(std::string("nccl staging ") + what + " refused: " + state_->failure);
+    }
+  }
+
+  std::shared_ptr<NcclState> state_;  // keeps the stream alive as long as the buffer
+  void* data_ = nullptr;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const Env& env, Store& store, const CommunicatorOptions& options)
@@ -284,6 +332,10 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Backend backend() const override { return Backend::kNccl; }
+  MemoryKind memoryKind() const override { return MemoryKind::kDevice; }
+  std::unique_ptr<StagingBuffer> makeStagingBuffer(std::size_t bytes) override {
+    return std::make_unique<NcclStagingBuffer>(state_, bytes);
+  }
 
   void abort() override { state_->abort("the communicator was aborted"); }
 
@@ -363,6 +415,18 @@ std::string newNcclUniqueId() {
   ncclUniqueId id;
   DDP_NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
   return std::string(id.internal, sizeof(id.internal));
+}
+
+std::string ncclUnusableReason() {
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error
+    return std::string("needs a CUDA device: ") + cudaGetErrorString(rc) + " (cudaGetDeviceCount: " +
+           cudaGetErrorName(rc) + ")";
+  }
+  if (count == 0) return "needs a CUDA device: cudaGetDeviceCount reports none";
+  return "";
 }
 
 int cudaDeviceCount() {

@@ -6,11 +6,10 @@ namespace ddp::detail {
 
 namespace {
 
-[[noreturn]] void notBuilt() {
-  throw ddprun::ConfigError(
-      "backend 'nccl' is not available: libddp was built without CUDA and NCCL (CMake found none); "
-      "use backend 'gloo'");
-}
+constexpr const char* kNotBuilt =
+    "is not available: libddp was built without CUDA and NCCL (CMake found none); use backend 'gloo'";
+
+[[noreturn]] void notBuilt() { throw ddprun::ConfigError(std::string("backend 'nccl' ") + kNotBuilt); }
 
 }  // namespace
 
@@ -19,6 +18,8 @@ bool ncclBuilt() { return false; }
 std::unique_ptr<Communicator> makeNcclCommunicator(const Env&, Store&, const CommunicatorOptions&) { notBuilt(); }
 
 std::string newNcclUniqueId() { notBuilt(); }
+
+std::string ncclUnusableReason() { return kNotBuilt; }
 
 int cudaDeviceCount() { return 0; }
 

@@ -1,9 +1,10 @@
 // train: a real data-parallel trainer on libddp, ddprun's worker SDK. Run it under ddprun:
 //   ddprun --standalone --nproc_per_node=4 build/bin/train --epochs 5
 // Exit codes: 0 done, 1 a runtime failure (store, collective, checkpoint), 2 bad flags or a bad
-// environment, 3 the --crash_at_epoch test hook.
+// environment (including --backend nccl without a CUDA device), 3 the --crash_at_epoch test hook.
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "common/error.h"
 #include "examples/train/options.h"
@@ -30,13 +31,15 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--batch " + std::to_string(options.batch) + " exceeds the " +
                                   std::to_string(options.samples) + " samples");
     }
-    if (options.backend == "nccl") {
-      throw std::invalid_argument(
-          "--backend nccl: this trainer keeps its tensors in host memory, and the GradientReducer averages host "
-          "gradients over gloo only; use --backend gloo");
-    }
   } catch (const std::exception& e) {
     std::cerr << "train: " << e.what() << "\n" << train::usage();
+    return 2;
+  }
+  // Before joining the job: a machine without a GPU is a bad environment, not a crash. The model
+  // stays on the host either way; nccl only moves the gradient buckets through the device.
+  if (const std::string why = ddp::whyBackendUnusable(ddp::parseBackend(options.backend)); !why.empty()) {
+    // One write: std::cerr is unbuffered, and ddprun stops the other ranks as soon as one fails.
+    std::cerr << ("train: --backend " + options.backend + " " + why + "\n") << std::flush;
     return 2;
   }
   try {

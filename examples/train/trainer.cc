@@ -97,7 +97,7 @@ class Trainer {
       heartbeat_.beat(++globalStep_);
     }
     double totals[2] = {lossSum, double(steps * static_cast<std::size_t>(localBatch_))};
-    comm_.allReduce(std::span<double>(totals), ddp::ReduceOp::kSum);
+    comm_.allReduceHost(std::span<double>(totals), ddp::ReduceOp::kSum);  // staged through the device on nccl
     return totals[0] / totals[1];
   }
 

@@ -1,5 +1,6 @@
 // Data-parallel training of the MLP on the worker SDK: the data set sharded by rank as
-// DistributedSampler does, gradients averaged by a GradientReducer, a heartbeat every step, the
+// DistributedSampler does, gradients averaged by a GradientReducer (on gloo, or on nccl through
+// device staging buffers while the model stays in host memory), a heartbeat every step, the
 // global mean loss per epoch (an all-reduce), and a checkpoint after every epoch (rank 0 writes,
 // every rank resumes from it).
 #pragma once

@@ -7,6 +7,9 @@
   resumes from the checkpoint, and the digest equals the clean run's.
 - 2 agents x 2 workers over the grpc rendezvous (RemoteStore over the real store service): the
   same digest again.
+- --backend nccl (the model on the host, gradient buckets staged through device memory): with a
+  GPU, the same digest as gloo at the same world size; without one, one clear line per rank and
+  exit 2, never a crash.
 """
 
 import os
@@ -25,6 +28,17 @@ TRAIN_ARGS = ["--epochs", "5", "--seed", "3"]
 LOSS_RE = re.compile(r"\bepoch (\d+) loss ([0-9.]+)$", re.M)
 DIGEST_RE = re.compile(r"^(?:\[[^\]]*\]:)?\s*digest ([0-9a-f]{16}) params_l2 ([0-9.]+)$", re.M)
 START_RE = re.compile(r"\bstart_digest ([0-9a-f]{16}) params_l2 ([0-9.]+)$", re.M)
+
+
+def gpu_count():
+    """GPUs nvidia-smi lists; 0 when there is no nvidia-smi or no driver."""
+    try:
+        res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if res.returncode != 0:
+        return 0
+    return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU "))
 
 
 def parse(text):
@@ -128,6 +142,32 @@ class CppTrainTest(el.E2ETestCase):
         self.assertEqual(digests[0][0], expected, "2x2 over grpc differs from standalone 4\n" + describe)
         self.assertTrue(any("world_size 4 " in o for o, _ in texts), describe)
         sys.stderr.write("  [train] 2 nodes x 2: digest %s (%.1fs)\n" % (digests[0][0], time.monotonic() - start))
+
+    def test_nccl_backend_same_digest_or_clear_refusal(self):
+        gpus = gpu_count()
+        if gpus == 0:
+            self.check_nccl_refused()
+            return
+        # NCCL puts one rank on one device: world 2 needs two GPUs.
+        world = min(gpus, 2)
+        flags = ["--standalone", "--nproc_per_node=%d" % world]
+        gloo = self.check_training(self.train(flags), world)
+        res = self.train(flags, ["--backend", "nccl"])
+        self.assertIn("backend nccl ", res.stdout, res.describe())
+        nccl = self.check_training(res, world)
+        self.assertEqual(nccl, gloo, "nccl and gloo trained to different parameters\n" + res.describe())
+
+    def check_nccl_refused(self):
+        res = self.ddprun(["--standalone", "--nproc_per_node=2"], TRAIN, TRAIN_ARGS + ["--backend", "nccl"])
+        out = res.stdout + res.stderr
+        sys.stderr.write("  [train] no GPU: --backend nccl refused with exit %d\n" % res.returncode)
+        self.assertEqual(res.returncode, 2, "the trainer's exit code for a bad environment\n" + res.describe())
+        # "needs a CUDA device: <CUDA's message>", or "is not available: ..." in a build without NCCL.
+        lines = re.findall(r"train: --backend nccl (?:needs a CUDA device: \S.*|is not available: \S.*)", out)
+        self.assertTrue(lines, "no clear refusal\n" + res.describe())
+        for crash in ("terminate called", "Traceback", "Segmentation fault", "core dumped", "Aborted", "what():"):
+            self.assertNotIn(crash, out, res.describe())
+        self.assertNotIn("epoch 1 loss", res.stdout, "trained without a device\n" + res.describe())
 
     def test_bad_flags_exit_2(self):
         direct = subprocess.run([TRAIN, "--epochs", "zero"], capture_output=True, text=True, timeout=30)

@@ -87,7 +87,7 @@ float gradValue(int r, std::size_t g, std::size_t i) { return static_cast<float>
 
 }  // namespace
 
-TEST_CASE("GradientReducer: buckets in reverse registration order, closed at the cap", "[sdk]") {
+TEST_CASE("GradientReducer: buckets in reverse registration order, closed at the cap", "[sdk][reducer]") {
   RecordingCommunicator comm;
   std::vector<std::vector<float>> grads{std::vector<float>(3), std::vector<float>(5), std::vector<float>(2),
                                         std::vector<float>(4)};
@@ -104,7 +104,7 @@ TEST_CASE("GradientReducer: buckets in reverse registration order, closed at the
   CHECK(oneBucket.bucketGradients(0) == std::vector<std::size_t>{3, 2, 1, 0});
 }
 
-TEST_CASE("GradientReducer: a bucket starts when its last gradient is ready, buckets in order", "[sdk]") {
+TEST_CASE("GradientReducer: a bucket starts when its last gradient is ready, buckets in order", "[sdk][reducer]") {
   RecordingCommunicator comm;
   std::vector<std::vector<float>> grads{std::vector<float>(3), std::vector<float>(5), std::vector<float>(2),
                                         std::vector<float>(4)};
@@ -136,7 +136,7 @@ TEST_CASE("GradientReducer: a bucket starts when its last gradient is ready, buc
   CHECK(comm.allReduces.size() == 6);
 }
 
-TEST_CASE("GradientReducer: finish() leaves every gradient at the mean over ranks", "[sdk]") {
+TEST_CASE("GradientReducer: finish() leaves every gradient at the mean over ranks", "[sdk][reducer]") {
   const int size = GENERATE(2, 3);
   const std::vector<std::size_t> sizes{7, 1, 300, 12, 5};
   std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(size));
@@ -170,7 +170,7 @@ TEST_CASE("GradientReducer: finish() leaves every gradient at the mean over rank
   }
 }
 
-TEST_CASE("GradientReducer: noSync accumulates locally, the next synced step reduces the sum", "[sdk]") {
+TEST_CASE("GradientReducer: noSync accumulates locally, the next synced step reduces the sum", "[sdk][reducer]") {
   constexpr int kSize = 2;
   struct Out {
     std::vector<float> afterNoSync, afterSync;
@@ -202,7 +202,7 @@ TEST_CASE("GradientReducer: noSync accumulates locally, the next synced step red
   CHECK(outs[1].afterSync == std::vector<float>(4, 16.5f));
 }
 
-TEST_CASE("GradientReducer: noSync communicates nothing and is refused inside a synced step", "[sdk]") {
+TEST_CASE("GradientReducer: noSync communicates nothing and is refused inside a synced step", "[sdk][reducer]") {
   RecordingCommunicator comm;
   std::vector<std::vector<float>> grads{std::vector<float>(2, 1.0f), std::vector<float>(2, 2.0f)};
   ddp::GradientReducer reducer(comm, spans(grads));
@@ -224,7 +224,7 @@ TEST_CASE("GradientReducer: noSync communicates nothing and is refused inside a 
   CHECK(grads[1] == std::vector<float>(2, 2.0f));  // a world of one: the mean is the value
 }
 
-TEST_CASE("GradientReducer: sums instead of averages when asked", "[sdk]") {
+TEST_CASE("GradientReducer: sums instead of averages when asked", "[sdk][reducer]") {
   RecordingCommunicator comm;
   std::vector<std::vector<float>> grads{std::vector<float>(2, 1.0f)};
   ddp::GradientReducerOptions options;

@@ -1,9 +1,12 @@
 // The NCCL backend. The unique-id exchange through the store needs no GPU (ncclGetUniqueId works
 // without one) and always runs where libddp was built with NCCL; whatever needs a device is
-// skipped, with a warning, when cudaGetDeviceCount reports none.
+// skipped, with a warning, when cudaGetDeviceCount reports none (Catch2 2.x has no SKIP).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <exception>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,10 +14,12 @@
 #include "common/error.h"
 #include "worker_sdk/backends.h"
 #include "worker_sdk/communicator.h"
+#include "worker_sdk/gradient_reducer.h"
 #include "worker_sdk/in_memory_store.h"
 #include "worker_sdk/unique_id_exchange.h"
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using namespace std::chrono_literals;
 
 namespace {
@@ -41,6 +46,57 @@ ddp::Env oneRankEnv() {
   env.masterAddr = "127.0.0.1";
   env.masterPort = 29500;
   return env;
+}
+
+ddp::Env rankEnv(int rank, int size) {
+  ddp::Env env = oneRankEnv();
+  env.rank = rank;
+  env.worldSize = size;
+  env.localRank = rank;
+  env.localWorldSize = size;
+  return env;
+}
+
+// Gradient g of rank r at element i, in step `step`.
+float gradValue(int r, std::size_t g, std::size_t i, int step) {
+  return static_cast<float>(r * 10 + g) + 0.25f * static_cast<float>(i) + static_cast<float>(step);
+}
+
+// One rank of the staging test on its own device: a staging round trip, allReduceHost, and two
+// reducer steps with small buckets. Returns the gradients; throws on a wrong intermediate value
+// (Catch2's assertions are not thread-safe).
+std::vector<std::vector<float>> stagedRank(ddp::Store& store, int rank, int size) {
+  ddp::CommunicatorOptions options;
+  options.timeout = 60s;
+  options.device = rank;
+  auto comm = ddp::makeCommunicator(ddp::Backend::kNccl, rankEnv(rank, size), store, options);
+  if (comm->memoryKind() != ddp::MemoryKind::kDevice) throw std::runtime_error("nccl reports host memory");
+
+  auto buffer = comm->makeStagingBuffer(16 * sizeof(float));
+  std::vector<float> in(16), out(16, -1.0f);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.5f;
+  buffer->copyFromHost(in.data(), 16 * sizeof(float), 0);
+  buffer->copyToHost(out.data(), 8 * sizeof(float), 8 * sizeof(float));  // the second half, to the front
+  if (!std::equal(in.begin() + 8, in.end(), out.begin())) throw std::runtime_error("staging round trip differs");
+
+  double totals[2] = {1.5 * (rank + 1), 1.0};
+  comm->allReduceHost(std::span<double>(totals), ddp::ReduceOp::kSum);
+  if (totals[1] != size) throw std::runtime_error("allReduceHost: wrong sum");
+
+  const std::vector<std::size_t> sizes{7, 1, 300, 12, 5};
+  std::vector<std::vector<float>> grads;
+  std::vector<std::span<float>> spans;
+  for (std::size_t n : sizes) grads.emplace_back(n);
+  for (auto& g : grads) spans.emplace_back(g);
+  ddp::GradientReducer reducer(*comm, spans, ddp::GradientReducerOptions{64});
+  for (int step = 0; step < 2; ++step) {
+    for (std::size_t g = 0; g < grads.size(); ++g) {
+      for (std::size_t i = 0; i < grads[g].size(); ++i) grads[g][i] = gradValue(rank, g, i, step);
+    }
+    for (std::size_t g = grads.size(); g-- > 0;) reducer.markReady(g);
+    reducer.finish();
+  }
+  return grads;
 }
 
 }  // namespace
@@ -97,4 +153,53 @@ TEST_CASE("nccl: a communicator on the device runs collectives and aborts cleanl
   CHECK(w.isCompleted());
   comm->abort();
   CHECK_THROWS_AS(comm->barrier(), ddprun::StateError);
+}
+
+TEST_CASE("nccl: whyBackendUnusable names the missing build or device", "[sdk][nccl]") {
+  CHECK(ddp::whyBackendUnusable(ddp::Backend::kGloo).empty());
+  const std::string why = ddp::whyBackendUnusable(ddp::Backend::kNccl);
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) {
+    CHECK_THAT(why, StartsWith("is not available: ") && Contains("without CUDA and NCCL"));
+  } else if (ddp::detail::cudaDeviceCount() == 0) {
+    CHECK_THAT(why, StartsWith("needs a CUDA device: "));  // then CUDA's own message
+  } else {
+    CHECK(why.empty());
+  }
+}
+
+TEST_CASE("nccl: GradientReducer stages host gradients through device memory", "[sdk][nccl][reducer]") {
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) return;  // covered by the first nccl test
+  const int devices = ddp::detail::cudaDeviceCount();
+  if (devices == 0) {
+    WARN("SKIPPED: the NCCL staging test needs a GPU: nccl " + ddp::whyBackendUnusable(ddp::Backend::kNccl));
+    return;
+  }
+  const int size = std::min(devices, 2);  // two ranks, one device each, when there are two
+  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{60s});
+  std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(size));
+  std::vector<std::string> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        results[static_cast<std::size_t>(r)] = stagedRank(store, r, size);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r << " of " << size);
+    REQUIRE(errors[static_cast<std::size_t>(r)] == "");
+    const auto& grads = results[static_cast<std::size_t>(r)];
+    for (std::size_t g = 0; g < grads.size(); ++g) {
+      for (std::size_t i = 0; i < grads[g].size(); ++i) {
+        float mean = 0;
+        for (int q = 0; q < size; ++q) mean += gradValue(q, g, i, 1);
+        mean /= static_cast<float>(size);
+        CHECK(grads[g][i] == Approx(mean).epsilon(1e-6));
+      }
+    }
+  }
 }
