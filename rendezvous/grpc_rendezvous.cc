@@ -6,6 +6,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include "common/error.h"
@@ -48,9 +50,12 @@ class GrpcRendezvous::Impl {
       stopping_ = true;
     }
     cv_.notify_all();
-    context_.TryCancel();
+    {
+      std::lock_guard<std::mutex> lock(writeMu_);
+      if (context_) context_->TryCancel();
+    }
+    if (reader_.joinable()) reader_.join();  // first: it is the thread that starts heartbeat_
     if (heartbeat_.joinable()) heartbeat_.join();
-    if (reader_.joinable()) reader_.join();
   }
 
   void join(RendezvousListener* listener) {
@@ -79,6 +84,12 @@ class GrpcRendezvous::Impl {
   }
 
  private:
+  using SteadyClock = std::chrono::steady_clock;
+
+  // How a session ended: the job is over for this node (closed, refused, left, stopping), or the
+  // stream was lost and the node may join again.
+  enum class SessionEnd { kOver, kLost };
+
   void run() {
     routeGrpcLogsToSpdlog();
     auto channel = makeChannel(options_);
@@ -91,11 +102,87 @@ class GrpcRendezvous::Impl {
       return;
     }
     auto stub = pb::Rendezvous::NewStub(channel);
-    if (!options_.token.empty()) context_.AddMetadata(kTokenMetadataKey, options_.token);
+    heartbeat_ = std::thread([this] { heartbeatLoop(); });
+
+    // A lost stream (a server restart, a connection reset, a short partition) is not the end of
+    // the job: the server has dropped this node and restarted the others without it, so the
+    // workers stop here too and the node joins again, as a newcomer that remembers its last
+    // round (a restarted server that never had that round refuses it: STALE_ROUND). The window
+    // covers a server that has not noticed the old stream's end yet (DUPLICATE_NODE until then).
+    const auto rejoinWindow = 2 * std::chrono::duration_cast<SteadyClock::duration>(options_.rules.heartbeatTimeout);
+    std::optional<SteadyClock::time_point> rejoinDeadline;
+    std::mt19937_64 rng(std::random_device{}());
+    auto backoff = std::chrono::milliseconds(50);
+    std::string why;
+    for (;;) {
+      if (runSession(*stub, &why) == SessionEnd::kOver || stopped()) return;
+      if (!rejoinDeadline || rejoinedRound_) {
+        // Lost for the first time since the last round assignment: stop the workers, start over.
+        rejoinedRound_ = false;
+        rejoining_ = true;
+        rejoinDeadline = SteadyClock::now() + rejoinWindow;
+        backoff = std::chrono::milliseconds(50);
+        spdlog::warn("lost the rendezvous at {} ({}); stopping workers and joining again", options_.endpoint, why);
+        post_([listener = listener_, round = round_.load(), why] {
+          listener->onRoundInterrupted(round, "lost the rendezvous: " + why);
+        });
+      }
+      for (;;) {
+        const auto left = *rejoinDeadline - SteadyClock::now();
+        if (left <= SteadyClock::duration::zero()) {
+          fail("lost the rendezvous at " + options_.endpoint + ": " + why + "; could not join again within " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(rejoinWindow).count()) + "s");
+          return;
+        }
+        std::uniform_real_distribution<double> jitter(0.5, 1.5);
+        auto sleep = std::min<SteadyClock::duration>(
+            std::chrono::duration_cast<SteadyClock::duration>(backoff * jitter(rng)), left);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, sleep, [this] { return stopping_; })) return;
+        }
+        // Bounded: a server that accepts connections but never answers must not outlast the window.
+        const auto until = std::chrono::system_clock::now() + (*rejoinDeadline - SteadyClock::now());
+        if (channel->WaitForConnected(until)) break;
+        if (stopped()) return;
+        why = "cannot connect";
+      }
+    }
+  }
+
+  // One Session stream: Join, then server pushes until it ends. `why` says why it ended.
+  SessionEnd runSession(pb::Rendezvous::Stub& stub, std::string* why) {
     {
       std::lock_guard<std::mutex> lock(writeMu_);
-      stream_ = stub->Session(&context_);
+      if (stopped()) return SessionEnd::kOver;
+      context_ = std::make_unique<grpc::ClientContext>();  // one per call
+      if (!options_.token.empty()) context_->AddMetadata(kTokenMetadataKey, options_.token);
+      stream_ = stub.Session(context_.get());
+      sessionOver_ = false;
     }
+    duplicateNode_ = false;
+    write(joinMessage());
+    pb::ServerMessage msg;
+    bool over = false;
+    while (stream_->Read(&msg)) {
+      if (!handle(msg)) {
+        over = !duplicateNode_;
+        break;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(writeMu_);
+      sessionOver_ = true;  // no Write after Finish
+    }
+    grpc::Status status = stream_->Finish();
+    if (over || closed_ || leaving_) return SessionEnd::kOver;
+    *why = duplicateNode_ ? "the server still holds this node's previous session"
+                          : (status.ok() ? std::string("the server closed the session") : status.error_message());
+    return SessionEnd::kLost;
+  }
+
+  pb::AgentMessage joinMessage() const {
     pb::AgentMessage join;
     auto* j = join.mutable_join();
     j->set_run_id(options_.runId);
@@ -104,6 +191,7 @@ class GrpcRendezvous::Impl {
     j->set_host(options_.host);
     j->set_master_port(options_.masterPort);
     j->set_node_rank(options_.nodeRank);
+    j->set_last_round(round_);
     auto* rules = j->mutable_rules();
     rules->set_min_nodes(options_.rules.minNodes);
     rules->set_max_nodes(options_.rules.maxNodes);
@@ -112,22 +200,7 @@ class GrpcRendezvous::Impl {
     rules->set_join_timeout_ms(ms(options_.rules.joinTimeout));
     rules->set_last_call_timeout_ms(ms(options_.rules.lastCallTimeout));
     rules->set_heartbeat_timeout_ms(ms(options_.rules.heartbeatTimeout));
-    write(join);
-    heartbeat_ = std::thread([this] { heartbeatLoop(); });
-
-    pb::ServerMessage msg;
-    while (stream_->Read(&msg)) {
-      if (!handle(msg)) break;
-    }
-    {
-      std::lock_guard<std::mutex> lock(writeMu_);
-      sessionOver_ = true;  // no Write after Finish
-    }
-    grpc::Status status = stream_->Finish();
-    if (!closed_ && !leaving_ && !stopped()) {
-      fail("lost the rendezvous at " + options_.endpoint + ": " +
-           (status.ok() ? std::string("the server closed the session") : status.error_message()));
-    }
+    return join;
   }
 
   // Returns false when the session is over.
@@ -147,6 +220,7 @@ class GrpcRendezvous::Impl {
         info.storeAddr = options_.endpoint;
         info.storePrefix = a.store_prefix();
         round_ = info.round;
+        rejoinedRound_ = true;
         post_([listener = listener_, info] { listener->onRoundReady(info); });
         return true;
       }
@@ -168,6 +242,12 @@ class GrpcRendezvous::Impl {
         if (!r.fatal()) {
           spdlog::warn("rendezvous: {}", r.message());
           return true;
+        }
+        if (r.code() == pb::Rejected::DUPLICATE_NODE && rejoining_) {
+          // Joining again before the server noticed the lost stream: try again shortly. (For a
+          // fresh agent a duplicate id or static rank is a configuration error instead.)
+          duplicateNode_ = true;
+          return false;
         }
         closed_ = true;
         fail("the rendezvous refused this node: " + r.message());
@@ -192,6 +272,7 @@ class GrpcRendezvous::Impl {
     }
   }
 
+  // Writes on the current session; dropped between sessions (a new session starts with Join).
   void write(const pb::AgentMessage& msg) {
     std::lock_guard<std::mutex> lock(writeMu_);
     if (!stream_ || sessionOver_) return;
@@ -210,13 +291,16 @@ class GrpcRendezvous::Impl {
   GrpcRendezvousOptions options_;
   Post post_;
   RendezvousListener* listener_ = nullptr;
-  grpc::ClientContext context_;
   std::mutex writeMu_;
+  std::unique_ptr<grpc::ClientContext> context_;  // the current session's; guarded by writeMu_
   std::unique_ptr<grpc::ClientReaderWriter<pb::AgentMessage, pb::ServerMessage>> stream_;
   bool sessionOver_ = false;  // guarded by writeMu_
   std::atomic<uint64_t> round_{0};
   std::atomic<bool> closed_{false};
   std::atomic<bool> leaving_{false};
+  bool duplicateNode_ = false;  // reader thread only
+  bool rejoining_ = false;      // reader thread only: the sessions after the first one
+  bool rejoinedRound_ = false;  // reader thread only: a round was assigned since the last loss
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
