@@ -1,25 +1,22 @@
 #include "agent/failure_report.h"
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 
+#include "agent/json_value.h"
 #include "common/strings.h"
 
 namespace ddprun {
 namespace {
 
-std::string stringField(const google::protobuf::Struct& s, const std::string& name) {
-  auto it = s.fields().find(name);
-  if (it == s.fields().end()) return {};
-  if (it->second.kind_case() == google::protobuf::Value::kStringValue) return it->second.string_value();
-  if (it->second.kind_case() == google::protobuf::Value::kNumberValue) {
-    return std::to_string(static_cast<long long>(it->second.number_value()));
-  }
+// A string member as it is, a number as an integer (torchrun writes timestamps either way).
+std::string stringField(const json::Value* object, std::string_view name) {
+  const json::Value* v = object ? object->member(name) : nullptr;
+  if (!v) return {};
+  if (const std::string* s = v->asString()) return *s;
+  if (const double* n = v->asNumber()) return std::to_string(static_cast<long long>(*n));
   return {};
 }
 
@@ -57,22 +54,19 @@ std::optional<ErrorFileContent> readErrorFile(const std::string& path) {
   if (trim(text).empty()) return std::nullopt;
 
   ErrorFileContent content;
-  google::protobuf::Struct root;
-  if (!google::protobuf::util::JsonStringToMessage(text, &root).ok()) {
+  auto root = json::parse(text);
+  if (!root || !root->asObject()) {
     content.message = std::string(trim(text));
     return content;
   }
-  auto message = root.fields().find("message");
-  if (message != root.fields().end() && message->second.has_struct_value()) {
-    const auto& inner = message->second.struct_value();
-    content.message = stringField(inner, "message");
-    auto extra = inner.fields().find("extraInfo");
-    if (extra != inner.fields().end() && extra->second.has_struct_value()) {
-      content.traceback = stringField(extra->second.struct_value(), "py_callstack");
-      content.timestamp = stringField(extra->second.struct_value(), "timestamp");
-    }
+  const json::Value* message = root->member("message");
+  if (message && message->asObject()) {
+    content.message = stringField(message, "message");
+    const json::Value* extra = message->member("extraInfo");
+    content.traceback = stringField(extra, "py_callstack");
+    content.timestamp = stringField(extra, "timestamp");
   } else {
-    content.message = stringField(root, "message");
+    content.message = stringField(&*root, "message");
   }
   if (content.message.empty()) content.message = std::string(trim(text));
   return content;
