@@ -2,10 +2,13 @@
 // get and wait block up to a timeout. Every call stays inside one job's run id and round, so keys
 // of another round are invisible. The worker SDK includes this header, so it names no gRPC type.
 //
-// Thread-safe: one client may serve many threads. Errors are exceptions from common/error.h:
-// TimeoutError (the message names the missing keys), ConnectionError (unreachable, shut down, or
-// "invalid job token"), StateError (a stale round, or add() on a value that is not a number),
-// ConfigError (an empty or oversized key or value).
+// Every call goes over one long-lived stream per client (the store's Session RPC), reopened after
+// it breaks. Thread-safe: one client may serve many threads, whose calls pipeline on the stream.
+// Every call has a deadline of its timeout plus a margin. Errors are exceptions from
+// common/error.h: TimeoutError (the message names the missing keys, or the call whose deadline
+// passed), ConnectionError (unreachable, shut down, the stream broke under the call, or "invalid
+// job token"), StateError (a stale round, or add() on a value that is not a number), ConfigError
+// (an empty or oversized key or value).
 #pragma once
 
 #include <chrono>

@@ -9,37 +9,13 @@
 
 #include "common/error.h"
 #include "rendezvous/grpc_util.h"
+#include "rendezvous/store_session.h"
+#include "rendezvous/store_session_ops.h"
 
 namespace ddprun {
 
-namespace {
-
-StoreScope toScope(const v1::Scope& scope) { return StoreScope{scope.run_id(), scope.round()}; }
-
-// The one place where the store's exceptions become statuses; StoreClient maps them back.
-grpc::Status statusFromCurrentException() {
-  try {
-    throw;
-  } catch (const ConfigError& e) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
-  } catch (const TimeoutError& e) {
-    return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
-  } catch (const ClosedError& e) {
-    return {grpc::StatusCode::UNAVAILABLE, e.what()};
-  } catch (const ConnectionError& e) {
-    return {grpc::StatusCode::UNAVAILABLE, e.what()};
-  } catch (const StateError& e) {
-    return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
-  } catch (const std::bad_alloc&) {
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED, "the store is out of memory"};
-  } catch (const std::exception& e) {
-    return {grpc::StatusCode::INTERNAL, e.what()};
-  } catch (...) {
-    return {grpc::StatusCode::UNKNOWN, "unknown error in the store"};
-  }
-}
-
-}  // namespace
+using detail::statusFromCurrentException;
+using detail::toScope;
 
 // One Get or Wait in flight. Three parties may end it: the store's callback (keys arrived, or the
 // deadline, drop or close came first), client cancellation (OnCancel), and a failure to start.
@@ -78,8 +54,11 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
       waitId = id;
       cancelNow = cancelled && !finished;
     }
-    service.wakeTimer();
-    if (cancelNow) cancelWait(*id);
+    if (cancelNow) {
+      cancelWait(*id);
+    } else {
+      service.wakeTimer(deadline);
+    }
   }
 
   // From OnCancel: the client gave up, its deadline passed, or the server shuts down.
@@ -102,7 +81,8 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
   void waitDone(bool satisfied) {
     try {
       std::optional<grpc::Status> status =
-          satisfied ? onSatisfied() : service.waitFailure(scope, keys, timeoutMs);
+          satisfied ? onSatisfied()
+                    : detail::waitFailure(service.store_, service.options_, scope, keys, timeoutMs);
       if (!status && !satisfied) status = onSatisfied();
       if (status) {
         finish(*status);
@@ -142,7 +122,19 @@ StoreService::StoreService(StoreServiceOptions options, MemoryStoreOptions store
 StoreService::~StoreService() { shutdown(); }
 
 void StoreService::shutdown() {
-  store_.close();
+  store_.close();  // fails every pending wait, the sessions' too
+  std::vector<std::shared_ptr<StoreSession>> sessions;
+  {
+    std::lock_guard lock(sessionsMutex_);
+    sessionsClosed_ = true;
+    for (auto& [raw, weak] : sessions_) {
+      if (auto session = weak.lock()) sessions.push_back(std::move(session));
+    }
+  }
+  // Outside the lock: ending a session may complete its reactor, which calls removeSession().
+  for (auto& session : sessions) {
+    session->end({grpc::StatusCode::UNAVAILABLE, "the store is shutting down"});
+  }
   {
     std::lock_guard lock(timerMutex_);
     stopping_ = true;
@@ -151,7 +143,27 @@ void StoreService::shutdown() {
   if (timer_.joinable()) timer_.join();
 }
 
-grpc::Status StoreService::admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const {
+void StoreService::removeSession(StoreSession* session) {
+  std::lock_guard lock(sessionsMutex_);
+  sessions_.erase(session);
+}
+
+grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* StoreService::Session(
+    grpc::CallbackServerContext* context) {
+  grpc::Status status = checkToken(context);
+  auto session = std::make_shared<StoreSession>(*this);
+  if (status.ok()) {
+    std::lock_guard lock(sessionsMutex_);
+    if (sessionsClosed_) {
+      status = {grpc::StatusCode::UNAVAILABLE, "the store is shutting down"};
+    } else {
+      sessions_.emplace(session.get(), session);
+    }
+  }
+  return StoreSession::start(std::move(session), status);
+}
+
+grpc::Status StoreService::checkToken(grpc::CallbackServerContext* context) const {
   if (!options_.token.empty()) {
     const auto& metadata = context->client_metadata();
     auto it = metadata.find(kTokenMetadataKey);
@@ -164,12 +176,12 @@ grpc::Status StoreService::admit(grpc::CallbackServerContext* context, const v1:
       return {grpc::StatusCode::UNAUTHENTICATED, "invalid job token"};
     }
   }
-  if (options_.roundIsCurrent && !options_.roundIsCurrent(scope.run_id(), scope.round())) {
-    return {grpc::StatusCode::FAILED_PRECONDITION,
-            "stale round " + std::to_string(scope.round()) + " of run '" + scope.run_id() +
-                "': the store serves only the job's current round"};
-  }
   return grpc::Status::OK;
+}
+
+grpc::Status StoreService::admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const {
+  grpc::Status status = checkToken(context);
+  return status.ok() ? detail::roundStatus(options_, scope) : status;
 }
 
 grpc::ServerUnaryReactor* StoreService::unary(grpc::CallbackServerContext* context,
@@ -219,26 +231,13 @@ grpc::ServerUnaryReactor* StoreService::blocking(grpc::CallbackServerContext* co
   return reactor;
 }
 
-std::optional<grpc::Status> StoreService::waitFailure(const StoreScope& scope,
-                                                      const std::vector<std::string>& keys,
-                                                      uint32_t timeoutMs) const {
-  if (store_.closed()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is closed");
-  if (options_.roundIsCurrent && !options_.roundIsCurrent(scope.runId, scope.round)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "stale round " + std::to_string(scope.round) + " of run '" + scope.runId +
-                            "': the round ended while waiting");
-  }
-  const auto missing = store_.missing(scope, keys);
-  if (missing.empty()) return std::nullopt;
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                      "timed out after " + std::to_string(timeoutMs) + " ms waiting for store key(s) " +
-                          quoteKeys(missing) + " of run '" + scope.runId + "' round " +
-                          std::to_string(scope.round));
-}
-
-void StoreService::wakeTimer() {
+void StoreService::wakeTimer(MemoryStore::TimePoint deadline) {
   {
     std::lock_guard lock(timerMutex_);
+    // The timer wakes by then anyway and sees this deadline: no need to wake it now (a store
+    // answering thousands of waits a second would otherwise switch to the timer for each).
+    // min(): the timer is reading the next deadline and may have missed this one.
+    if (timerTarget_ != MemoryStore::TimePoint::min() && deadline >= timerTarget_) return;
     ++timerGeneration_;
   }
   timerCv_.notify_all();
@@ -247,13 +246,15 @@ void StoreService::wakeTimer() {
 void StoreService::timerLoop() {
   std::unique_lock lock(timerMutex_);
   while (!stopping_) {
-    // Read the generation before the deadline: a wait added in between bumps it, so it is
-    // never missed.
+    // Read the generation before the deadline, with the target at its minimum: a wait added in
+    // between bumps the generation, so it is never missed.
     const uint64_t seen = timerGeneration_;
+    timerTarget_ = MemoryStore::TimePoint::min();
     lock.unlock();
     const auto next = store_.nextDeadline();
     lock.lock();
     const auto woken = [&] { return stopping_ || timerGeneration_ != seen; };
+    timerTarget_ = next.value_or(MemoryStore::TimePoint::max());
     if (next) {
       timerCv_.wait_until(lock, *next, woken);
     } else {

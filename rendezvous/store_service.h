@@ -1,6 +1,7 @@
 // The Store gRPC service: the workers' key-value store, served from a MemoryStore. Get and Wait
 // never block a gRPC thread: they register an asynchronous wait and finish their reactor from
 // its callback, from client cancellation, or from the service's timer thread at their deadline.
+// Session streams (store_session.h) carry the same operations, many per stream.
 //
 // Owner's duties: register it on a grpc::ServerBuilder (with applyMessageLimits), call
 // shutdown() before grpc::Server::Shutdown() so that pending waits end at once instead of holding
@@ -8,12 +9,15 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "ddprun/v1/store.grpc.pb.h"
@@ -26,7 +30,12 @@ struct StoreServiceOptions {
   std::string token;
   // Whether a request's round may use the store. Unset: every round may (standalone use).
   std::function<bool(const std::string& runId, uint64_t round)> roundIsCurrent;
+  // Get/Wait requests one Session stream may have waiting at once; more are refused with
+  // RESOURCE_EXHAUSTED, so that one client cannot grow the server's memory without limit.
+  std::size_t maxPendingPerSession = 1024;
 };
+
+class StoreSession;
 
 class StoreService final : public v1::Store::CallbackService {
  public:
@@ -38,8 +47,8 @@ class StoreService final : public v1::Store::CallbackService {
   // The store behind the service, for its owner: drop rounds that are over, runs that ended.
   MemoryStore& store() { return store_; }
 
-  // Fails pending Get/Wait calls and every later call with UNAVAILABLE, and stops the timer
-  // thread. Idempotent; the destructor calls it.
+  // Fails pending Get/Wait calls and every later call with UNAVAILABLE, ends every Session stream
+  // (UNAVAILABLE), and stops the timer thread. Idempotent; the destructor calls it.
   void shutdown();
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
@@ -62,11 +71,19 @@ class StoreService final : public v1::Store::CallbackService {
   grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext* context,
                                     const v1::NumKeysRequest* request,
                                     v1::NumKeysResponse* response) override;
+  grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* Session(
+      grpc::CallbackServerContext* context) override;
 
  private:
+  // A session reaches the store, the options and the timer through its service, and leaves the
+  // registry that shutdown() ends sessions from.
+  friend class StoreSession;
+
   struct WaitCall;  // one Get or Wait in flight (store_service.cc)
 
-  // Token and round checks every call passes first; OK or the status to finish with.
+  // The token check every call and stream passes first; OK or the status to finish with.
+  grpc::Status checkToken(grpc::CallbackServerContext* context) const;
+  // Token and round checks every unary call passes first.
   grpc::Status admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const;
   // Runs `body` for a call that completes at once and finishes the call with its outcome.
   grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const v1::Scope& scope,
@@ -78,21 +95,24 @@ class StoreService final : public v1::Store::CallbackService {
   grpc::ServerUnaryReactor* blocking(grpc::CallbackServerContext* context, const v1::Scope& scope,
                                      std::vector<std::string> keys, uint32_t timeoutMs,
                                      OnSatisfied onSatisfied);
-  // Why a wait ended without its keys: shutdown, a stale round, or its timeout; nullopt when the
-  // keys exist after all (they arrived just as the deadline passed).
-  std::optional<grpc::Status> waitFailure(const StoreScope& scope,
-                                          const std::vector<std::string>& keys,
-                                          uint32_t timeoutMs) const;
-  void wakeTimer();
+  // Tells the timer thread of a new wait's deadline; wakes it only when it would sleep past it.
+  void wakeTimer(MemoryStore::TimePoint deadline);
   void timerLoop();
+  void removeSession(StoreSession* session);
 
   const StoreServiceOptions options_;
   MemoryStore store_;
   std::mutex timerMutex_;
   std::condition_variable timerCv_;
-  uint64_t timerGeneration_ = 0;  // bumped by every new wait, so the timer sees earlier deadlines
+  uint64_t timerGeneration_ = 0;  // bumped by a wait due before timerTarget_
+  // When the timer thread wakes next; min() while it reads the store's next deadline, so that
+  // every wait added meanwhile wakes it.
+  MemoryStore::TimePoint timerTarget_ = MemoryStore::TimePoint::min();
   bool stopping_ = false;
   std::thread timer_;
+  std::mutex sessionsMutex_;
+  std::unordered_map<StoreSession*, std::weak_ptr<StoreSession>> sessions_;
+  bool sessionsClosed_ = false;  // set by shutdown(): new sessions are refused
 };
 
 }  // namespace ddprun

@@ -323,3 +323,135 @@ TEST_CASE("store client: connecting retries until the server is up or the limit 
     CHECK(connecting.get() == 1);
   }
 }
+
+// ---- one client, one Session stream: what the stream adds to the calls above ----
+
+namespace {
+
+// A Store service whose Session reads requests and never answers: a hung server.
+class SilentStore final : public ddprun::v1::Store::CallbackService {
+  grpc::ServerBidiReactor<ddprun::v1::StoreRequest, ddprun::v1::StoreResponse>* Session(
+      grpc::CallbackServerContext*) override {
+    struct Reactor final : grpc::ServerBidiReactor<ddprun::v1::StoreRequest, ddprun::v1::StoreResponse> {
+      Reactor() { StartRead(&request); }
+      void OnReadDone(bool ok) override {
+        if (ok) {
+          StartRead(&request);
+        } else {
+          Finish(grpc::Status::OK);
+        }
+      }
+      void OnCancel() override {}
+      void OnDone() override { delete this; }
+      ddprun::v1::StoreRequest request;
+    };
+    return new Reactor();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("store client: many threads on one client get their own answers", "[store][session]") {
+  TestServer server;
+  auto o = clientOptions(server);
+  o.timeout = 60s;
+  StoreClient client(o);
+  constexpr int kThreads = 16;
+  constexpr int kOps = 100;
+  std::atomic<int> wrong{0};
+  // One thread blocks on a key that a later thread sets through the same client and stream.
+  auto blocked = std::async(std::launch::async, [&] { return client.get("released"); });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string key = "t" + std::to_string(t);
+      for (int i = 1; i <= kOps; ++i) {
+        if (client.add(key, t + 1) != static_cast<int64_t>(i) * (t + 1)) ++wrong;
+        const std::string mine = key + "/" + std::to_string(i);
+        if (client.compareSet(key + "c", i == 1 ? "" : key + "/" + std::to_string(i - 1), mine) != mine) ++wrong;
+        if (client.get(key + "c") != mine) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(wrong == 0);
+  CHECK(blocked.wait_for(0s) == std::future_status::timeout);
+  client.set("released", "now");
+  REQUIRE(blocked.wait_for(5s) == std::future_status::ready);
+  CHECK(blocked.get() == "now");
+  CHECK(client.numKeys() == 2 * kThreads + 1);
+}
+
+TEST_CASE("store client: too many waits on one client are refused", "[store][session]") {
+  ddprun::StoreServiceOptions options;
+  options.maxPendingPerSession = 1;
+  TestServer server(options);
+  StoreClient client(clientOptions(server));
+  auto first = std::async(std::launch::async, [&] { client.wait({"a"}); });
+  // The first wait is pending once the store has a deadline to watch.
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (!server.service.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(server.service.store().nextDeadline().has_value());
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THAT(errorOf([&] { client.wait({"b"}); }), Contains("too many pending store waits"));
+  CHECK(std::chrono::steady_clock::now() - start < 1s);  // refused at once, not timed out
+  client.set("a", "1");
+  first.get();
+  // The slot is free again: this wait is accepted, and times out instead of being refused.
+  CHECK_THROWS_AS(client.wait({"b"}, 50ms), ddprun::TimeoutError);
+}
+
+TEST_CASE("store client: a server that stops mid-call fails it, and the next call reconnects", "[store][session]") {
+  auto server = std::make_unique<TestServer>();
+  const std::string address = server->address();
+  auto o = clientOptions(*server);
+  o.timeout = 30s;
+  o.connectTimeout = 3s;
+  StoreClient client(o);
+  client.set("k", "v");
+  auto waiting = std::async(std::launch::async, [&] { return errorOf([&] { client.get("never"); }); });
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (!server->service.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  server.reset();  // service shutdown, then the server's
+  REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
+  const std::string error = waiting.get();
+  CHECK_THAT(error, Contains("store get of 'never'"));
+  CHECK_THROWS_AS(client.add("n", 1), ddprun::ConnectionError);  // nobody listens now
+
+  TestServer again({}, address);
+  CHECK(client.add("n", 1) == 1);  // a fresh store on the same port, over a new stream
+  CHECK(client.numKeys() == 1);
+}
+
+TEST_CASE("store client: the call's deadline fires on a server that never answers", "[store][session]") {
+  SilentStore silent;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&silent);
+  auto server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  StoreClientOptions o;
+  o.address = "127.0.0.1:" + std::to_string(port);
+  o.runId = "job";
+  o.timeout = 100ms;  // the deadline is this plus the client's 2 s margin
+  StoreClient client(o);
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    client.get("k");
+  } catch (const ddprun::TimeoutError& e) {
+    error = e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK_THAT(error, Contains("get of 'k'"));
+  CHECK(took >= 2s);
+  CHECK(took < 5s);
+  // The stream was cancelled; the next call opens another one (and times out the same way).
+  CHECK_THROWS_AS(client.add("n", 1), ddprun::TimeoutError);
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
