@@ -1,7 +1,8 @@
 // The Store service's Session stream spoken directly (no StoreClient), over real gRPC on
 // loopback: pipelining and out-of-order answers, per-request errors that leave the stream open,
 // malformed and oversized input, the bound on pending waits, back-pressure on a client that does
-// not read, and cleanup when a session ends or the service shuts down.
+// not read, and cleanup when a session ends or the service shuts down (many sessions with waits
+// pending, clients that vanish); waits of many sessions answered from one another's sets.
 #include <catch2/catch.hpp>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rendezvous/grpc_util.h"
@@ -43,12 +45,14 @@ struct SessionServer {
   std::unique_ptr<grpc::Server> server;
 };
 
-// One raw Session stream with a 20 s deadline, so that a test that goes wrong cannot hang.
+// One raw Session stream with a deadline (20 s unless given), so that a test that goes wrong
+// cannot hang.
 struct RawSession {
-  explicit RawSession(const SessionServer& server, const std::string& token = "")
+  explicit RawSession(const SessionServer& server, const std::string& token = "",
+                      std::chrono::milliseconds deadline = 20s)
       : stub(v1::Store::NewStub(ddprun::makeChannel(server.address()))) {
     if (!token.empty()) context.AddMetadata(ddprun::kTokenMetadataKey, token);
-    context.set_deadline(std::chrono::system_clock::now() + 20s);
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
     stream = stub->Session(&context);
   }
   void send(const v1::StoreRequest& request) { REQUIRE(stream->Write(request)); }
@@ -327,4 +331,97 @@ TEST_CASE("store session: shutdown ends open sessions at once", "[store][session
   CHECK(std::chrono::steady_clock::now() - start < 3s);
   RawSession late(server);
   CHECK(late.finish().error_code() != grpc::StatusCode::OK);
+}
+
+TEST_CASE("store session: many sessions' waits are answered by other sessions' sets, concurrently",
+          "[store][session]") {
+  SessionServer server;
+  constexpr int kWaiters = 12;
+  std::vector<std::unique_ptr<RawSession>> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.push_back(std::make_unique<RawSession>(server));
+    waiters.back()->send(getRequest(1, "k" + std::to_string(i), 20000));
+    waiters.back()->send(addRequest(2, "registered", 1));
+    CHECK(waiters.back()->read().id() == 2);  // so the get waits by now
+  }
+  // Setters on their own sessions, from their own threads, all at once.
+  std::vector<std::future<void>> setters;
+  for (int i = 0; i < kWaiters; ++i) {
+    setters.push_back(std::async(std::launch::async, [&server, i] {
+      RawSession setter(server);
+      setter.send(setRequest(7, "k" + std::to_string(i), "v" + std::to_string(i)));
+      CHECK(setter.read().id() == 7);
+    }));
+  }
+  for (auto& s : setters) s.get();
+  for (int i = 0; i < kWaiters; ++i) {
+    auto r = waiters[i]->read();
+    CHECK(r.id() == 1);
+    CHECK(codeOf(r) == grpc::StatusCode::OK);
+    CHECK(r.get().value() == "v" + std::to_string(i));
+  }
+  // A timeout, answered from the timer thread.
+  waiters[0]->send(getRequest(3, "never", 50));
+  CHECK(codeOf(waiters[0]->read()) == grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_CASE("store session: shutdown with many sessions open and waits pending",
+          "[store][session]") {
+  auto server = std::make_unique<SessionServer>();
+  std::vector<std::unique_ptr<RawSession>> sessions;
+  for (int i = 0; i < 6; ++i) {
+    sessions.push_back(std::make_unique<RawSession>(*server));
+    for (uint64_t id = 1; id <= 3; ++id) sessions.back()->send(getRequest(id, "never" + std::to_string(id), 60000));
+    sessions.back()->send(addRequest(9, "n", 1));
+    CHECK(sessions.back()->read().id() == 9);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  server->service.shutdown();
+  for (auto& s : sessions) CHECK(s->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  server->server->Shutdown();
+  server.reset();
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE("store session: the server's shutdown alone ends sessions with pending waits",
+          "[store][session]") {
+  auto server = std::make_unique<SessionServer>();
+  RawSession session(*server);
+  session.send(getRequest(1, "never", 60000));
+  session.send(addRequest(2, "n", 1));
+  CHECK(session.read().id() == 2);
+  const auto start = std::chrono::steady_clock::now();
+  server->server->Shutdown(std::chrono::system_clock::now() + 100ms);  // cancels the stream
+  CHECK_FALSE(session.finish().ok());
+  server.reset();
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE("store session: clients that vanish with waits pending leave a server that serves on",
+          "[store][session]") {
+  SessionServer server;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::unique_ptr<RawSession>> gone;
+    for (int i = 0; i < 6; ++i) {
+      // Every third stream has a deadline that passes while its waits are pending.
+      gone.push_back(std::make_unique<RawSession>(server, "", i % 3 == 2 ? 300ms : 20s));
+      gone.back()->send(getRequest(1, "later", 60000));
+      gone.back()->send(getRequest(2, "never", 60000));
+      gone.back()->send(addRequest(3, "n", 1));
+      CHECK(gone.back()->read().id() == 3);
+    }
+    CHECK(server.service.store().nextDeadline().has_value());
+    gone[0]->context.TryCancel();  // cancelled
+    gone[1].reset();               // dropped without a word (the call is cancelled underneath)
+    std::this_thread::sleep_for(400ms);
+    gone.clear();
+    CHECK(eventually([&] { return !server.service.store().nextDeadline().has_value(); }));
+  }
+  // Their waits are forgotten; a set on the key they waited for finds nobody, and the server serves.
+  RawSession setter(server);
+  setter.send(setRequest(1, "later", "v"));
+  CHECK(setter.read().id() == 1);
+  RawSession next(server);
+  next.send(getRequest(1, "later", 1000));
+  CHECK(next.read().get().value() == "v");
 }
