@@ -6,6 +6,8 @@ Agent a reaches the daemon through a TCP proxy that the test controls; agent b c
   restart budget, and the job ends with 0.
 - The proxy stops for good: a tries to join again for 2 x heartbeat_timeout, then fails with a
   clear error; b, below --nnodes' minimum, fails after join_timeout. Nothing is left behind.
+- Static mode (node 0 hosts, node 1 behind the proxy): after a reset node 1 joins again with its
+  --node_rank and the ranks stay where they were.
 """
 
 import socket
@@ -140,6 +142,41 @@ class RejoinTest(ml.MultiNodeTestCase):
         res_b = b.wait(20)
         self.assertNotEqual(res_b.returncode, 0, res_b.describe())
         self.assert_no_crash_text(res_b.stderr, res_b)
+        self.assert_no_leftovers(jobs)
+
+    def test_static_node_rejoins_with_its_rank(self):
+        # Static mode: node 0 hosts the rendezvous at --master_port; node 1 reaches it through the
+        # proxy. After the cut, node 1 joins again under the same --node_rank (which the server
+        # may still hold for the old stream for a moment: retried, not fatal).
+        port = ml.free_port()
+        conf = "--rdzv_conf=heartbeat_timeout=%d" % HEARTBEAT_S
+        prog = self.recorder()
+
+        def static(rank, p):
+            return ["--nnodes=2", "--node_rank=%d" % rank, "--master_addr=127.0.0.1", "--master_port=%d" % p,
+                    "--nproc_per_node=2", "--shutdown_timeout=2", conf, prog]
+
+        n0 = self.agent("n0", static(0, port))
+        self.assertTrue(ml.wait_listening(port, proc=n0.proc), "node 0 does not host the rendezvous\n" + self.describe_all([n0]))
+        self.proxy = CuttableProxy(port)
+        self.addCleanup(self.proxy.stop)
+        n1 = self.agent("n1", static(1, self.proxy.port))
+        jobs = [n0, n1]
+        both = lambda after: lambda recs: any(
+            rn > after and ml.round_complete(recs, rn, ["n0", "n1"], 2, 4) for rn in {r["round"] for r in recs})
+        self.wait_records(both(0), 20, jobs, "the first round of both nodes")
+        first = max(r["round"] for r in self.records())
+        self.proxy.cut()
+        self.wait_records(both(first), 10 * HEARTBEAT_S, jobs, "a round of both nodes after the cut")
+        recs = self.records()
+        again = [r for r in recs if r["round"] == max(x["round"] for x in recs)]
+        self.assertEqual(sorted((r["node"], r["rank"]) for r in again),
+                         [("n0", 0), ("n0", 1), ("n1", 2), ("n1", 3)], "static ranks moved: %s" % recs)
+        self.assertEqual({r["restart"] for r in recs}, {0}, recs)
+        self.assertIn("joining again", n1.stderr(), self.describe_all(jobs))
+        self.release()
+        for res in self.wait_all(jobs, 20):
+            self.assert_exit(res, 0)
         self.assert_no_leftovers(jobs)
 
 
