@@ -19,57 +19,20 @@
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/in_memory_store.h"
 #include "worker_sdk/source_address.h"
+#include "sdk_ranks.h"
 
 using Catch::Matchers::Contains;
 using ddp::DataType;
 using ddp::ReduceOp;
 using namespace std::chrono_literals;
+using ddp::test::rankEnv;
+using ddp::test::testOptions;
 
 namespace {
 
 constexpr std::size_t kCount = 13;  // elements per all-reduce and broadcast
 constexpr std::size_t kBlock = 5;   // elements per rank in all-gather and reduce-scatter
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-ddp::Env rankEnv(int rank, int size) {
-  ddp::Env env;
-  env.rank = rank;
-  env.worldSize = size;
-  env.localRank = rank;
-  env.localWorldSize = size;
-  env.masterAddr = "127.0.0.1";
-  env.masterPort = 29500;
-  return env;
-}
-
-ddp::CommunicatorOptions testOptions(std::chrono::milliseconds timeout = 30s) {
-  ddp::CommunicatorOptions o;
-  o.timeout = timeout;
-  return o;
-}
-
-// Runs body(comm) on `size` threads, each rank with its own gloo communicator; rethrows the
-// first rank's error after every thread ended.
-template <typename Body>
-void runRanks(int size, Body body, const ddp::CommunicatorOptions& options = testOptions()) {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{30s});
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = ddp::makeCommunicator(ddp::Backend::kGloo, rankEnv(r, size), store, options);
-        body(*comm);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 // The input of rank r at element i: small integers, negative too, exact in every type.
 double input(int rank, std::size_t i) { return static_cast<double>(static_cast<int>((i * 7 + rank * 3) % 9) - 4 + rank); }
@@ -232,7 +195,7 @@ TEST_CASE("gloo: every collective, op and type matches a float64 reference", "[s
   std::vector<Results> results(static_cast<std::size_t>(size));
   std::vector<std::vector<float>> large(static_cast<std::size_t>(size));
   constexpr std::size_t kLarge = 300000;  // 1.2 MB: more than one of gloo's 1 MB ring segments
-  runRanks(size, [&](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(size, [&](ddp::Communicator& comm) {
     Results& out = results[static_cast<std::size_t>(comm.rank())];
     runCollectives<float>(comm, out);
     runCollectives<double>(comm, out);
@@ -259,7 +222,7 @@ TEST_CASE("gloo: a barrier holds every rank until all arrived", "[sdk][gloo]") {
   constexpr int kRounds = 3;
   std::atomic<int> arrived[kRounds] = {};
   std::vector<std::vector<int>> seen(kSize, std::vector<int>(kRounds));
-  runRanks(kSize, [&](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(kSize, [&](ddp::Communicator& comm) {
     for (int round = 0; round < kRounds; ++round) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10 * comm.rank()));
       ++arrived[round];
@@ -278,7 +241,7 @@ TEST_CASE("gloo: asynchronous operations run in issue order and complete on wait
     bool allCompleted = false;
   };
   std::vector<Out> outs(kSize);
-  runRanks(kSize, [&](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(kSize, [&](ddp::Communicator& comm) {
     Out& o = outs[static_cast<std::size_t>(comm.rank())];
     const int64_t r = comm.rank();
     o.sum.assign(1000, static_cast<float>(r + 1));
@@ -311,7 +274,7 @@ TEST_CASE("gloo: asynchronous operations run in issue order and complete on wait
 }
 
 TEST_CASE("gloo: bad arguments are ConfigErrors, an aborted communicator refuses work", "[sdk][gloo]") {
-  runRanks(1, [](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(1, [](ddp::Communicator& comm) {
     std::vector<float> v(4, 1.0f), twice(8);
     CHECK_THROWS_AS(comm.broadcast(std::span<float>(v), 1), ddprun::ConfigError);
     CHECK_THROWS_AS(comm.broadcast(std::span<float>(v), -1), ddprun::ConfigError);
@@ -340,7 +303,7 @@ TEST_CASE("gloo: a collective a peer never joins times out, then the communicato
   std::string firstError, secondError;
   bool timedOut = false, refused = false;
   std::chrono::steady_clock::duration took{};
-  runRanks(2, [&](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(2, [&](ddp::Communicator& comm) {
     if (comm.rank() == 0) {
       done.wait();  // joins nothing, stays connected
       return;

@@ -19,6 +19,7 @@
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
 #include "worker_sdk/in_memory_store.h"
+#include "sdk_ranks.h"
 #include "worker_sdk/work_state.h"
 
 using namespace std::chrono_literals;
@@ -148,41 +149,6 @@ std::vector<std::span<float>> spans(std::vector<std::vector<float>>& grads) {
   return out;
 }
 
-ddp::Env rankEnv(int rank, int size) {
-  ddp::Env env;
-  env.rank = rank;
-  env.worldSize = size;
-  env.localRank = rank;
-  env.localWorldSize = size;
-  env.masterAddr = "127.0.0.1";
-  env.masterPort = 29500;
-  return env;
-}
-
-// Runs body(gloo communicator) on `size` threads; rethrows the first error.
-template <typename Body>
-void runRanks(int size, Body body) {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{30s});
-  ddp::CommunicatorOptions options;
-  options.timeout = 30s;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = ddp::makeCommunicator(ddp::Backend::kGloo, rankEnv(r, size), store, options);
-        body(*comm);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
 float gradValue(int r, std::size_t g, std::size_t i, int step) {
   return static_cast<float>(r * 10 + g) + 0.25f * static_cast<float>(i) + static_cast<float>(step);
 }
@@ -212,7 +178,7 @@ void backward(ddp::GradientReducer& reducer, std::vector<std::vector<float>>& gr
 std::unique_ptr<ddp::Communicator> soloGloo(ddp::InMemoryStore& store) {
   ddp::CommunicatorOptions options;
   options.timeout = 30s;
-  return ddp::makeCommunicator(ddp::Backend::kGloo, rankEnv(0, 1), store, options);
+  return ddp::makeCommunicator(ddp::Backend::kGloo, ddp::test::rankEnv(0, 1), store, options);
 }
 
 }  // namespace
@@ -224,7 +190,7 @@ TEST_CASE("GradientReducer on device memory: same averages as the host path, thr
   const auto n = static_cast<std::size_t>(size);
   std::vector<int> copiesIn(n), copiesOut(n), buffers(n);
   std::vector<std::size_t> buckets(n);
-  runRanks(size, [&](ddp::Communicator& gloo) {
+  ddp::test::runGlooRanks(size, [&](ddp::Communicator& gloo) {
     const int r = gloo.rank();
     const auto ri = static_cast<std::size_t>(r);
     FakeDeviceCommunicator device(gloo);
@@ -295,7 +261,7 @@ TEST_CASE("GradientReducer on device memory: a gradient is copied in when marked
 TEST_CASE("GradientReducer on device memory: noSync copies and communicates nothing", "[sdk][reducer]") {
   constexpr int kSize = 2;
   std::vector<std::vector<float>> afterNoSync(kSize), afterSync(kSize);
-  runRanks(kSize, [&](ddp::Communicator& gloo) {
+  ddp::test::runGlooRanks(kSize, [&](ddp::Communicator& gloo) {
     const int r = gloo.rank();
     FakeDeviceCommunicator device(gloo);
     std::vector<std::vector<float>> grads{std::vector<float>(4, 0.0f)};
@@ -349,7 +315,7 @@ TEST_CASE("GradientReducer on device memory: copy and collective errors reach th
 }
 
 TEST_CASE("Communicator::allReduceHost stages host values on a device communicator", "[sdk][reducer]") {
-  runRanks(2, [](ddp::Communicator& gloo) {
+  ddp::test::runGlooRanks(2, [](ddp::Communicator& gloo) {
     FakeDeviceCommunicator device(gloo);
     double totals[2] = {1.5 * (gloo.rank() + 1), 1.0};
     device.allReduceHost(std::span<double>(totals), ddp::ReduceOp::kSum);

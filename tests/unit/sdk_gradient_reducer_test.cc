@@ -13,6 +13,7 @@
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
 #include "worker_sdk/in_memory_store.h"
+#include "sdk_ranks.h"
 
 using namespace std::chrono_literals;
 
@@ -45,41 +46,6 @@ std::vector<std::span<float>> spans(std::vector<std::vector<float>>& grads) {
   std::vector<std::span<float>> out;
   for (auto& g : grads) out.emplace_back(g);
   return out;
-}
-
-ddp::Env rankEnv(int rank, int size) {
-  ddp::Env env;
-  env.rank = rank;
-  env.worldSize = size;
-  env.localRank = rank;
-  env.localWorldSize = size;
-  env.masterAddr = "127.0.0.1";
-  env.masterPort = 29500;
-  return env;
-}
-
-// Runs body(comm) on `size` threads with gloo communicators; rethrows the first error.
-template <typename Body>
-void runRanks(int size, Body body) {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{30s});
-  ddp::CommunicatorOptions options;
-  options.timeout = 30s;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = ddp::makeCommunicator(ddp::Backend::kGloo, rankEnv(r, size), store, options);
-        body(*comm);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
 }
 
 // Gradient g of rank r at element i.
@@ -140,7 +106,7 @@ TEST_CASE("GradientReducer: finish() leaves every gradient at the mean over rank
   const int size = GENERATE(2, 3);
   const std::vector<std::size_t> sizes{7, 1, 300, 12, 5};
   std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(size));
-  runRanks(size, [&](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(size, [&](ddp::Communicator& comm) {
     const int r = comm.rank();
     std::vector<std::vector<float>> grads;
     for (std::size_t g = 0; g < sizes.size(); ++g) {
@@ -176,7 +142,7 @@ TEST_CASE("GradientReducer: noSync accumulates locally, the next synced step red
     std::vector<float> afterNoSync, afterSync;
   };
   std::vector<Out> outs(kSize);
-  runRanks(kSize, [&](ddp::Communicator& comm) {
+  ddp::test::runGlooRanks(kSize, [&](ddp::Communicator& comm) {
     const int r = comm.rank();
     std::vector<std::vector<float>> grads{std::vector<float>(4, 0.0f)};
     ddp::GradientReducer reducer(comm, spans(grads));
