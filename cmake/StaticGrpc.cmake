@@ -9,7 +9,7 @@
 # How: ddprun::grpc stands for gRPC + protobuf and resolves per executable being linked: the static
 # archives (one rescanned link group, the order `pkg-config --static grpc++ protobuf` lists) where
 # that executable's DDPRUN_STATIC_GRPC property is set, else gRPC::grpc++ and protobuf::libprotobuf
-# as before. So no link mixes the .so and the .a of one library.
+# as before (plus absl::synchronization, which rendezvous/grpc_runtime.cc calls directly). So no link mixes the .so and the .a of one library.
 find_package(gRPC CONFIG REQUIRED)
 find_package(PkgConfig QUIET)
 
@@ -58,9 +58,9 @@ add_library(ddprun::grpc ALIAS ddprun_grpc)
 if(DDPRUN_STATIC_GRPC)
   list(JOIN _ddprun_static_grpc_archives "," _ddprun_static_grpc_group)
   target_link_libraries(ddprun_grpc INTERFACE
-    "$<IF:$<BOOL:$<TARGET_PROPERTY:DDPRUN_STATIC_GRPC>>,$<LINK_GROUP:RESCAN,${_ddprun_static_grpc_group}>;${_ddprun_static_grpc_system},gRPC::grpc++;protobuf::libprotobuf>")
+    "$<IF:$<BOOL:$<TARGET_PROPERTY:DDPRUN_STATIC_GRPC>>,$<LINK_GROUP:RESCAN,${_ddprun_static_grpc_group}>;${_ddprun_static_grpc_system},gRPC::grpc++;protobuf::libprotobuf;absl::synchronization>")
 else()
-  target_link_libraries(ddprun_grpc INTERFACE gRPC::grpc++ protobuf::libprotobuf)
+  target_link_libraries(ddprun_grpc INTERFACE gRPC::grpc++ protobuf::libprotobuf absl::synchronization)
 endif()
 
 function(ddprun_link_grpc_statically)

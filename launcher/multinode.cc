@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "common/net.h"
 #include "common/strings.h"
-#include "rendezvous/grpc_logging.h"
+#include "rendezvous/grpc_runtime.h"
 #include "rendezvous/grpc_rendezvous.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -46,7 +46,7 @@ class HostedServer final : public HostedRendezvous {
 // This node hosts the server when asked (static node 0, is_host=1), or, when unsaid, when the
 // endpoint is a free address of this machine (as torchrun's c10d does).
 MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
-  routeGrpcLogsToSpdlog();
+  prepareGrpcRuntime();
   MultiNodeRendezvous out;
   std::string token = readToken(cfg);
   RendezvousServerOptions serverOptions{cfg.endpointHost, cfg.endpointPort, token};

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "rendezvous/grpc_logging.h"
+#include "rendezvous/grpc_runtime.h"
 #include "rendezvous/grpc_util.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 
@@ -91,7 +91,7 @@ class GrpcRendezvous::Impl {
   enum class SessionEnd { kOver, kLost };
 
   void run() {
-    routeGrpcLogsToSpdlog();
+    prepareGrpcRuntime();
     auto channel = makeChannel(options_);
     auto deadline = std::chrono::system_clock::now() + options_.connectTimeout;
     if (!channel->WaitForConnected(deadline)) {

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "rendezvous/grpc_logging.h"
+#include "rendezvous/grpc_runtime.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
 #include "rendezvous/grpc_util.h"
@@ -52,7 +52,7 @@ void probeBind(const std::string& host, int port) {
 class RendezvousServer::Impl {
  public:
   explicit Impl(RendezvousServerOptions options) : options_(std::move(options)) {
-    routeGrpcLogsToSpdlog();
+    prepareGrpcRuntime();
     if (options_.port != 0) probeBind(options_.bindAddress, options_.port);
     rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
         options_.token,
