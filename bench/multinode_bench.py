@@ -4,7 +4,7 @@ all on loopback, side by side in one run; prints a markdown report (and --report
 
 Usage: bench/multinode_bench.py [--quick] [--build-dir DIR] [--report PATH] [--only rdzv,failure,store]
        [--sizes 2,8,16,64,256,512,1024] [--torch-sizes 2,8,16] [--kinds sh,version,standalone,ddprun]
-       [--store-clients 1,8,64] [--crowd 2000] [--mem-budget-gib 18] [--max-minutes 40]
+       [--store-clients 1,8,64] [--store-bootstrap-clients 8,64,256] [--crowd 2000] [--mem-budget-gib 18] [--max-minutes 40]
 
   rdzv     N agents (separate processes, --nproc_per_node=1, one trivial /bin/sh worker each)
            against one rendezvous: time from the first agent's spawn to all N workers running.
@@ -24,6 +24,8 @@ Usage: bench/multinode_bench.py [--quick] [--build-dir DIR] [--report PATH] [--o
            connection each) against ddprun's store (StoreClient -> ddprun-rdzv, in the round of a
            running 1-node job) and against PyTorch's TCPStore (c10d::TCPStore of libtorch 1.13,
            server in its own process); both driven by the same C++ loop (bench/store_bench.cc).
+           Then a job's store bootstrap with 8, 64, 256 ranks (connect, publish an address, read
+           every peer's, barrier): time to the last rank through, against TCPStore.
 
 Needs the helpers built: cmake -S . -B build-mnb -G Ninja -DDDPRUN_BUILD_BENCH=ON &&
 cmake --build build-mnb -- ddprun ddprun-multinode ddprun-watchdog ddprun-rdzv ddprun-store-bench \
@@ -1064,7 +1066,8 @@ class Bench:
             return
         d = self.newdir("store")
         self.step_env(d)
-        results = []
+        results, boot_results = [], []
+        tcp_pid = tport = None
         try:
             daemon_pid, port = self.start_daemon(d)
             run_id = "mnb-store-%s" % uuid.uuid4().hex[:6]
@@ -1076,7 +1079,6 @@ class Bench:
             info = os.path.join(d, "info")
             wait_for(lambda: os.path.exists(info), 30, what="the store job's worker")
             rnd, rid, addr = open(info).read().split()
-            tport = None
             if have_tcp:
                 tport = free_port()
                 targv = [self.tcpstore_bench, "--serve", str(tport)]
@@ -1084,42 +1086,53 @@ class Bench:
                 tlog = os.path.join(d, "tcpstore.log")
                 tcp_pid = self.procs.spawn(targv, tlog)
                 wait_for(lambda: "listening" in tail(tlog, 3), 30, what="the TCPStore server")
+            def run_one(backend, op, c, tag):
+                if backend == "ddprun":
+                    cmd = [self.store_bench, "--port", str(port), "--run_id", rid, "--round", rnd]
+                    shown = [self.store_bench, "--port", "PORT", "--run_id", "RUN_ID", "--round", "ROUND"]
+                else:
+                    cmd = [self.tcpstore_bench, "--port", str(tport)]
+                    shown = [self.tcpstore_bench, "--port", "PORT"]
+                tail_args = ["--clients", str(c), "--seconds", str(a.store_seconds), "--tag", tag, "--ops", op]
+                if op == "bootstrap":
+                    self.note_cmd("store bootstrap %s (C = %s)" % (backend, ",".join(map(str, a.store_bootstrap_clients))),
+                                  shown + ["--clients", "C", "--tag", "TAG", "--ops", "bootstrap"])
+                else:
+                    self.note_cmd("store %s (C = 1, 8, 64; OP = set, get, add, compare_set)" % backend,
+                                  shown + ["--clients", "C", "--seconds", str(a.store_seconds),
+                                           "--tag", "TAG", "--ops", "OP"])
+                server = daemon_pid if backend == "ddprun" else tcp_pid
+                s0, c0 = proc_cpu_seconds(server), children_cpu()
+                out = subprocess.run(cmd + tail_args, env=self.procs.env, capture_output=True,
+                                     text=True, timeout=60 + 4 * a.store_seconds)
+                s1, c1 = proc_cpu_seconds(server), children_cpu()
+                for line in out.stdout.splitlines():
+                    if line.startswith("{"):
+                        j = json.loads(line)
+                        j["load"] = loadavg()
+                        if j["ops"] and s0 is not None and s1 is not None:
+                            # CPU per op; includes connecting and setup, a small share.
+                            j["server_us"] = (s1 - s0) / j["ops"] * 1e6
+                            j["client_us"] = (c1 - c0) / j["ops"] * 1e6
+                        (boot_results if op == "bootstrap" else results).append(j)
+                        log("  %s" % line)
+                if out.returncode != 0:
+                    log("  rc %d: %s" % (out.returncode, out.stderr[-500:]))
+
+            backends = ("ddprun", "tcpstore") if have_tcp else ("ddprun",)
             # Interleaved (rep, clients, op, backend) so that drift in the machine's load hits both.
             for rep in range(a.store_reps):
                 for c in a.store_clients:
                     log("store reps %d/%d clients=%d (load %s)" % (rep + 1, a.store_reps, c, loadavg()))
                     for op in ("set", "get", "add", "compare_set"):
-                        for backend in ("ddprun", "tcpstore"):
-                            if backend == "tcpstore" and not have_tcp:
-                                continue
-                            if backend == "ddprun":
-                                cmd = [self.store_bench, "--port", str(port), "--run_id", rid, "--round", rnd]
-                                shown = [self.store_bench, "--port", "PORT", "--run_id", "RUN_ID", "--round", "ROUND"]
-                            else:
-                                cmd = [self.tcpstore_bench, "--port", str(tport)]
-                                shown = [self.tcpstore_bench, "--port", "PORT"]
-                            tail_args = ["--clients", str(c), "--seconds", str(a.store_seconds),
-                                         "--tag", "r%dc%d" % (rep, c), "--ops", op]
-                            self.note_cmd("store %s (C = 1, 8, 64; OP = set, get, add, compare_set)" % backend,
-                                          shown + ["--clients", "C", "--seconds", str(a.store_seconds),
-                                                   "--tag", "TAG", "--ops", "OP"])
-                            server = daemon_pid if backend == "ddprun" else tcp_pid
-                            s0, c0 = proc_cpu_seconds(server), children_cpu()
-                            out = subprocess.run(cmd + tail_args, env=self.procs.env, capture_output=True,
-                                                 text=True, timeout=60 + 4 * a.store_seconds)
-                            s1, c1 = proc_cpu_seconds(server), children_cpu()
-                            for line in out.stdout.splitlines():
-                                if line.startswith("{"):
-                                    j = json.loads(line)
-                                    j["load"] = loadavg()
-                                    if j["ops"] and s0 is not None and s1 is not None:
-                                        # CPU per op; includes connecting and setup, a small share.
-                                        j["server_us"] = (s1 - s0) / j["ops"] * 1e6
-                                        j["client_us"] = (c1 - c0) / j["ops"] * 1e6
-                                    results.append(j)
-                                    log("  %s" % line)
-                            if out.returncode != 0:
-                                log("  rc %d: %s" % (out.returncode, out.stderr[-500:]))
+                        for backend in backends:
+                            run_one(backend, op, c, "r%dc%d" % (rep, c))
+            for rep in range(a.store_bootstrap_reps):
+                for c in a.store_bootstrap_clients:
+                    log("store bootstrap %d/%d ranks=%d (load %s)" % (rep + 1, a.store_bootstrap_reps, c, loadavg()))
+                    # Alternate which backend goes first.
+                    for backend in (backends if rep % 2 == 0 else tuple(reversed(backends))):
+                        run_one(backend, "bootstrap", c, "b%dc%d" % (rep, c))
         finally:
             self.cleanup_step()
             self.step_env(None)
@@ -1169,6 +1182,49 @@ class Bench:
         if results:
             self.verdicts.append("Store at least as fast as TCPStore at every client count: %s" % (
                 "met" if not slower and have_tcp else ("NOT met: slower at " + ", ".join(slower) if slower else "not compared")))
+        self.report.append("")
+        if boot_results:
+            self.report_bootstrap(boot_results, have_tcp)
+
+    def report_bootstrap(self, boot_results, have_tcp):
+        a = self.args
+        self.report.append("### Store bootstrap of a job's ranks\n")
+        self.report.append("What a starting job does with its store, once: C ranks (processes) start together; "
+                           "each connects, sets its 64-byte address, gets every peer's address (a get that "
+                           "waits for the key: C x (C - 1) gets in all, as gloo's full-mesh connect), then "
+                           "meets the others at a barrier (add; the last to arrive sets `done`; every rank "
+                           "gets it). Time: from the common start to the last rank through the barrier; "
+                           "median of %d runs (range), backends alternating which goes first. Same servers "
+                           "as above; `ddprun-store-bench --ops bootstrap` / `tcpstore-bench --ops bootstrap`.\n"
+                           % a.store_bootstrap_reps)
+        self.report.append("| ranks | store calls | ddprun s | TCPStore s | TCPStore/ddprun time | ddprun p50/p99 us | "
+                           "TCPStore p50/p99 us | errors |")
+        self.report.append("|---|---|---|---|---|---|---|---|")
+        groups = {}
+        for r in boot_results:
+            groups.setdefault((r["backend"], r["clients"]), []).append(r)
+        slower = []
+        for c in a.store_bootstrap_clients:
+            row = {}
+            for backend in ("ddprun", "tcpstore"):
+                rs = [r for r in groups.get((backend, c), []) if r["seconds"] > 0 and not r["error"]]
+                if rs:
+                    rs.sort(key=lambda r: r["seconds"])
+                    row[backend] = (rs[len(rs) // 2], rs[0]["seconds"], rs[-1]["seconds"])
+            errs = ", ".join("%s: %s" % (r["backend"], r["error"][:80])
+                             for r in groups.get(("ddprun", c), []) + groups.get(("tcpstore", c), [])
+                             if r["error"]) or "0"
+            dd, tc = row.get("ddprun"), row.get("tcpstore")
+            ratio = tc[0]["seconds"] / dd[0]["seconds"] if dd and tc else None
+            if ratio is not None and ratio < 1.0:
+                slower.append("%d ranks (%.2fx)" % (c, ratio))
+            cell = lambda x: "%.3f [%.3f-%.3f]" % (x[0]["seconds"], x[1], x[2]) if x else "-"
+            lat = lambda x: "%.0f / %.0f" % (x[0]["p50_us"], x[0]["p99_us"]) if x else "-"
+            calls = (dd or tc)[0]["ops"] if (dd or tc) else 0
+            self.report.append("| %d | %d | %s | %s | %s | %s | %s | %s |" % (
+                c, calls, cell(dd), cell(tc), "%.2fx" % ratio if ratio is not None else "-", lat(dd), lat(tc), errs))
+        self.verdicts.append("Store bootstrap of a job's ranks at least as fast as with TCPStore: %s" % (
+            "met" if not slower and have_tcp else ("NOT met: slower at " + ", ".join(slower) if slower else "not compared")))
         self.report.append("")
 
     # -- report
@@ -1269,6 +1325,7 @@ def main():
     p.add_argument("--sizes", help="ddprun agent counts (default 2,8,64,256,1024; quick: 2,8,64,256)")
     p.add_argument("--torch-sizes", help="torchrun agent counts (default 2,8,16; quick: 2,8)")
     p.add_argument("--store-clients", default="1,8,64")
+    p.add_argument("--store-bootstrap-clients", help="ranks of the store bootstrap (default 8,64,256; quick: 8,64)")
     p.add_argument("--kinds", default="sh,version,standalone,ddprun",
                    help="what runs at each ddprun size: the floors sh, version, standalone, and ddprun")
     p.add_argument("--mem-budget-gib", type=float, default=18.0)
@@ -1283,6 +1340,8 @@ def main():
     args.sizes = ints(args.sizes or ("2,8,16,64,256" if args.quick else "2,8,16,64,256,512,1024"))
     args.torch_sizes = ints(args.torch_sizes if args.torch_sizes is not None else ("2,8" if args.quick else "2,8,16"))
     args.store_clients = ints(args.store_clients)
+    args.store_bootstrap_clients = ints(args.store_bootstrap_clients or ("8,64" if args.quick else "8,64,256"))
+    args.store_bootstrap_reps = 3 if args.quick else 7
     args.step_timeout = 60 if args.quick else 120
     args.fail_reps = 2 if args.quick else 5
     args.torch_fail_reps = 1

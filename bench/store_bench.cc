@@ -10,6 +10,12 @@
 // records each call's latency in a log-scale histogram. Prints one JSON object per measurement:
 //   {"backend":..., "op":..., "clients":C, "mode":"procs", "ops":N, "seconds":S, "ops_per_s":R,
 //    "p50_us":..., "p99_us":..., "errors":E, "error":"..."}
+//
+// --ops bootstrap is not a loop but what a job's C ranks do with the store once at start, the way
+// gloo's full-mesh connect and c10d's barrier use it: from the common start, each rank connects,
+// publishes its address, reads every peer's (a get that waits for the key), then meets the others
+// at a barrier (add; the last to arrive sets "done"; everyone gets it). "seconds" is then the
+// wall time from the start to the last rank through the barrier.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -127,6 +133,7 @@ constexpr int kBuckets = 400;  // bucket b holds latencies in [2^(b/8), 2^((b+1)
 struct Slot {
   uint64_t ops;
   uint64_t elapsedNs;
+  uint64_t endNs;  // bootstrap: steady clock when this rank left the barrier (0: it did not)
   uint64_t errors;
   uint32_t hist[kBuckets];
   char error[256];
@@ -207,6 +214,62 @@ void runClient(const Options& o, const std::string& op, int id, Slot* slot, Read
   slot->elapsedNs = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - start).count());
 }
 
+uint64_t steadyNs(Clock::time_point t) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+// One rank of a job's store bootstrap (see the top of the file). Connecting is part of it: every
+// rank of a starting job connects at the same moment.
+template <typename Ready, typename Go>
+void runBootstrapRank(const Options& o, int id, int count, Slot* slot, Ready ready, Go go) {
+  const std::string prefix = o.tag + "/bootstrap/";
+  const std::string address(64, static_cast<char>('a' + id % 26));
+  ready();
+  go();
+  uint64_t n = 0;
+  auto t0 = Clock::now();
+  auto timed = [&] {
+    const auto t1 = Clock::now();
+    ++slot->hist[bucketOf(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()))];
+    ++n;
+    t0 = t1;
+  };
+  try {
+    BenchClient client(o);
+    t0 = Clock::now();
+    client.set(prefix + "addr/" + std::to_string(id), address);
+    timed();
+    for (int k = 1; k < count; ++k) {
+      const int peer = (id + k) % count;
+      if (client.get(prefix + "addr/" + std::to_string(peer)).size() != address.size()) {
+        recordError(slot, "get returned a wrong address");
+      }
+      timed();
+    }
+    const bool last = client.add(prefix + "arrived", 1) == count;
+    timed();
+    if (last) {
+      client.set(prefix + "done", "1");
+      timed();
+    }
+    client.get(prefix + "done");
+    timed();
+    slot->endNs = steadyNs(t0);
+  } catch (const std::exception& e) {
+    recordError(slot, e.what());
+  }
+  slot->ops = n;
+}
+
+template <typename Ready, typename Go>
+void runRank(const Options& o, const std::string& op, int id, int count, Slot* slot, Ready ready, Go go) {
+  if (op == "bootstrap") {
+    runBootstrapRank(o, id, count, slot, ready, go);
+  } else {
+    runClient(o, op, id, slot, ready, go);
+  }
+}
+
 bool readFull(int fd, int count) {
   char buf[256];
   int got = 0;
@@ -223,7 +286,7 @@ bool readFull(int fd, int count) {
 
 // Clients as forked processes. The parent never creates a client, so no gRPC or TCPStore state
 // exists at fork time.
-bool runProcesses(const Options& o, const std::string& op, int count, Slot* slots) {
+bool runProcesses(const Options& o, const std::string& op, int count, Slot* slots, uint64_t* goNs) {
   int readyPipe[2], goPipe[2];
   if (::pipe(readyPipe) != 0 || ::pipe(goPipe) != 0) return false;
   std::vector<pid_t> pids;
@@ -234,8 +297,8 @@ bool runProcesses(const Options& o, const std::string& op, int count, Slot* slot
       ::close(readyPipe[0]);
       ::close(goPipe[1]);
       ::alarm(static_cast<unsigned>(o.seconds + 120));  // never outlive a stuck run
-      runClient(
-          o, op, i, &slots[i],
+      runRank(
+          o, op, i, count, &slots[i],
           [&] {
             char c = 'r';
             (void)!::write(readyPipe[1], &c, 1);
@@ -252,6 +315,7 @@ bool runProcesses(const Options& o, const std::string& op, int count, Slot* slot
   ::close(readyPipe[1]);
   ::close(goPipe[0]);
   bool ok = static_cast<int>(pids.size()) == count && readFull(readyPipe[0], count);
+  *goNs = steadyNs(Clock::now());
   ::close(goPipe[1]);  // go
   ::close(readyPipe[0]);
   for (pid_t pid : pids) {
@@ -263,7 +327,7 @@ bool runProcesses(const Options& o, const std::string& op, int count, Slot* slot
   return ok;
 }
 
-bool runThreads(const Options& o, const std::string& op, int count, Slot* slots) {
+bool runThreads(const Options& o, const std::string& op, int count, Slot* slots, uint64_t* goNs) {
   std::mutex m;
   std::condition_variable cv;
   int readyCount = 0;
@@ -271,8 +335,8 @@ bool runThreads(const Options& o, const std::string& op, int count, Slot* slots)
   std::vector<std::thread> threads;
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
-      runClient(
-          o, op, i, &slots[i],
+      runRank(
+          o, op, i, count, &slots[i],
           [&] {
             std::lock_guard lock(m);
             if (++readyCount == count) cv.notify_all();
@@ -286,6 +350,7 @@ bool runThreads(const Options& o, const std::string& op, int count, Slot* slots)
   {
     std::unique_lock lock(m);
     cv.wait(lock, [&] { return readyCount == count; });
+    *goNs = steadyNs(Clock::now());
     started = true;
   }
   cv.notify_all();
@@ -312,29 +377,42 @@ void measure(const Options& o, const std::string& op, int count) {
   }
   std::memset(mem, 0, size);
   auto* slots = static_cast<Slot*>(mem);
-  bool ok = o.threads ? runThreads(o, op, count, slots) : runProcesses(o, op, count, slots);
+  uint64_t goNs = 0;
+  bool ok = o.threads ? runThreads(o, op, count, slots, &goNs) : runProcesses(o, op, count, slots, &goNs);
 
   uint64_t ops = 0, errors = 0;
   double maxElapsed = 0;
+  uint64_t lastEndNs = 0;
+  bool everyRankEnded = true;
   std::string error;
   std::vector<uint64_t> hist(kBuckets, 0);
   for (int i = 0; i < count; ++i) {
     ops += slots[i].ops;
     errors += slots[i].errors;
     maxElapsed = std::max(maxElapsed, static_cast<double>(slots[i].elapsedNs) / 1e9);
+    lastEndNs = std::max(lastEndNs, slots[i].endNs);
+    everyRankEnded = everyRankEnded && slots[i].endNs != 0;
     for (int b = 0; b < kBuckets; ++b) hist[b] += slots[i].hist[b];
     if (error.empty() && slots[i].error[0]) error = slots[i].error;
   }
   if (!ok && error.empty()) error = "a client process failed";
   ::munmap(mem, size);
-  // Every client ran for the same window; the slowest one's window is the divisor.
-  const double seconds = maxElapsed > 0 ? maxElapsed : o.seconds;
+  // Loops: every client ran for the same window; the slowest one's window is the divisor.
+  // Bootstrap: from the common start to the last rank through the barrier.
+  double seconds = maxElapsed > 0 ? maxElapsed : o.seconds;
+  if (op == "bootstrap") {
+    if (!everyRankEnded && error.empty()) error = "a rank did not finish the bootstrap";
+    seconds = everyRankEnded && lastEndNs > goNs ? static_cast<double>(lastEndNs - goNs) / 1e9 : 0.0;
+  }
   std::ostringstream line;
   line.setf(std::ios::fixed);
   line.precision(1);
   line << "{\"backend\":\"" << kBackend << "\",\"op\":\"" << op << "\",\"clients\":" << count
-       << ",\"mode\":\"" << (o.threads ? "threads" : "procs") << "\",\"ops\":" << ops
-       << ",\"seconds\":" << seconds << ",\"ops_per_s\":" << (static_cast<double>(ops) / seconds);
+       << ",\"mode\":\"" << (o.threads ? "threads" : "procs") << "\",\"ops\":" << ops;
+  line.precision(4);
+  line << ",\"seconds\":" << seconds;
+  line.precision(1);
+  line << ",\"ops_per_s\":" << (seconds > 0 ? static_cast<double>(ops) / seconds : 0.0);
   line.precision(2);
   line << ",\"p50_us\":" << percentileUs(hist, 0.5) << ",\"p99_us\":" << percentileUs(hist, 0.99)
        << ",\"errors\":" << errors << ",\"error\":\"" << jsonEscape(error) << "\"}";
@@ -353,7 +431,7 @@ std::vector<std::string> splitList(const std::string& s) {
 
 [[noreturn]] void usage(const char* argv0) {
   std::cerr << "usage: " << argv0
-            << " --port P [--host H] [--ops set,get,add,compare_set] [--clients 1,8,64] [--seconds S]\n"
+            << " --port P [--host H] [--ops set,get,add,compare_set,bootstrap] [--clients 1,8,64] [--seconds S]\n"
                "       [--value_bytes B] [--threads] [--tag T]"
 #if defined(STORE_BENCH_DDPRUN)
                " --run_id ID --round N\n";
@@ -388,7 +466,7 @@ Options parse(int argc, char** argv) {
     else usage(argv[0]);
   }
   for (const auto& op : o.ops) {
-    if (op != "set" && op != "get" && op != "add" && op != "compare_set") usage(argv[0]);
+    if (op != "set" && op != "get" && op != "add" && op != "compare_set" && op != "bootstrap") usage(argv[0]);
   }
   for (int c : o.clients) {
     if (c < 1 || c > 4096) usage(argv[0]);
