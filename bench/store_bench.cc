@@ -383,6 +383,7 @@ void measure(const Options& o, const std::string& op, int count) {
   uint64_t ops = 0, errors = 0;
   double maxElapsed = 0;
   uint64_t lastEndNs = 0;
+  bool sawCause = false;
   bool everyRankEnded = true;
   std::string error;
   std::vector<uint64_t> hist(kBuckets, 0);
@@ -393,7 +394,19 @@ void measure(const Options& o, const std::string& op, int count) {
     lastEndNs = std::max(lastEndNs, slots[i].endNs);
     everyRankEnded = everyRankEnded && slots[i].endNs != 0;
     for (int b = 0; b < kBuckets; ++b) hist[b] += slots[i].hist[b];
-    if (error.empty() && slots[i].error[0]) error = slots[i].error;
+    // The first error, and the first that is not a timeout: one rank's failure makes the others
+    // time out waiting for its key, and the cause is that rank's error.
+    if (slots[i].error[0]) {
+      const std::string mine = "rank " + std::to_string(i) + ": " + slots[i].error;
+      const bool timeout = std::strstr(slots[i].error, "timed out") != nullptr;
+      if (error.empty()) {
+        error = mine;
+        sawCause = !timeout;
+      } else if (!sawCause && !timeout) {
+        error += " | " + mine;
+        sawCause = true;
+      }
+    }
   }
   if (!ok && error.empty()) error = "a client process failed";
   ::munmap(mem, size);

@@ -7,12 +7,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
-#include "rendezvous/grpc_runtime.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
+#include "rendezvous/grpc_runtime.h"
 #include "rendezvous/grpc_util.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/store_service.h"
@@ -47,6 +50,10 @@ void probeBind(const std::string& host, int port) {
   throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
 }
 
+int clampedMs(std::chrono::milliseconds d) {
+  return static_cast<int>(std::clamp<int64_t>(d.count(), 1, std::numeric_limits<int>::max()));
+}
+
 }  // namespace
 
 class RendezvousServer::Impl {
@@ -66,6 +73,8 @@ class RendezvousServer::Impl {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 50);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, clampedMs(options_.handshakeTimeout));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
     applyMessageLimits(builder);
     builder.AddListeningPort(joinHostPort(options_.bindAddress, options_.port), grpc::InsecureServerCredentials(),
                              &port_);

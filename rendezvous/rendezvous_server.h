@@ -14,6 +14,12 @@ struct RendezvousServerOptions {
   std::string bindAddress = "127.0.0.1";  // where to listen; "0.0.0.0" or "::" only when asked
   int port = 29400;                       // 0: any free port
   std::string token;                      // job token; empty = unauthenticated
+  // A connection that has not finished the HTTP/2 handshake by then is closed (gRPC's default is
+  // 120 s), so that silent connections cannot pile up holding file descriptors.
+  std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  // A connection without a call for this long is told to go away. Agents and store clients hold
+  // a stream (a call) open while they work, and reconnect on their next call otherwise.
+  std::chrono::milliseconds idleTimeout{std::chrono::minutes(5)};
 };
 
 class RendezvousServer {

@@ -243,6 +243,42 @@ TEST_CASE("security: raw TCP garbage neither crashes the server nor disturbs job
   CHECK(server.stop() < 5s);
 }
 
+TEST_CASE("security: silent connections are closed after the handshake timeout, idle ones after the idle timeout",
+          "[security]") {
+  Watchdog dog(60s, "connection timeouts");
+  ddprun::RendezvousServerOptions options{"127.0.0.1", 0, ""};
+  options.handshakeTimeout = 500ms;
+  options.idleTimeout = 1500ms;
+  TestServer server(options);
+  auto job = startRunningJob(server);
+
+  // Connected, not a byte sent: closed once the handshake time is up, not before.
+  {
+    RawConnection c(server.port());
+    const auto start = Clock::now();
+    CHECK(c.closedByPeerWithin(5s));
+    CHECK(Clock::now() - start >= 400ms);
+  }
+  // Half a preface, then silence: the same.
+  {
+    RawConnection c(server.port());
+    c.sendAll(kHttp2Preface.substr(0, 14));
+    CHECK(c.closedByPeerWithin(5s));
+  }
+  // A complete handshake (preface and an empty SETTINGS frame), then no call: told to go away and
+  // closed after the idle time.
+  {
+    RawConnection c(server.port());
+    c.sendAll(kHttp2Preface + std::string("\0\0\0\4\0\0\0\0\0", 9));
+    const auto start = Clock::now();
+    CHECK(c.closedByPeerWithin(10s));
+    CHECK(Clock::now() - start >= 1s);
+  }
+  // The job's agents hold their session streams open all along: calls, never idle.
+  requireUndisturbed(*job);
+  requireServesNewJob(server);
+}
+
 TEST_CASE("security: the store checks the job token and the round", "[security]") {
   Watchdog dog(60s, "store token and round");
   TestServer server(kToken);

@@ -84,9 +84,8 @@ class Watchdog {
 
 // A real RendezvousServer on 127.0.0.1, any port; shut down when the test ends.
 struct TestServer {
-  explicit TestServer(std::string token = "") : server(ddprun::RendezvousServerOptions{"127.0.0.1", 0, std::move(token)}) {
-    REQUIRE(server.port() > 0);
-  }
+  explicit TestServer(std::string token = "") : TestServer(ddprun::RendezvousServerOptions{"127.0.0.1", 0, std::move(token)}) {}
+  explicit TestServer(ddprun::RendezvousServerOptions options) : server(std::move(options)) { REQUIRE(server.port() > 0); }
   ~TestServer() { stop(); }
   // Shuts down (bounded: the watchdog catches a hang) and returns how long it took.
   milliseconds stop() {

@@ -1,7 +1,12 @@
 // StoreService and StoreClient over real gRPC on loopback (port 0): every operation, blocking
 // gets and waits, timeouts, the job token, fencing by round, limits, and shutdown under a waiter.
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -322,6 +327,104 @@ TEST_CASE("store client: connecting retries until the server is up or the limit 
     REQUIRE(connecting.wait_for(5s) == std::future_status::ready);
     CHECK(connecting.get() == 1);
   }
+}
+
+namespace {
+
+int listenOnLoopback(int* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::listen(fd, 64) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// A TCP proxy in front of a server that holds every new connection for `delay` before it passes
+// bytes on: a server too busy to answer a handshake at once, as one is when a hundred workers
+// connect together.
+class SlowHandshakeProxy {
+ public:
+  SlowHandshakeProxy(int targetPort, std::chrono::milliseconds delay) : targetPort_(targetPort), delay_(delay) {
+    listenFd_ = listenOnLoopback(&port_);
+    acceptor_ = std::thread([this] { acceptLoop(); });
+  }
+  ~SlowHandshakeProxy() {
+    stopping_ = true;
+    acceptor_.join();
+    for (auto& t : relays_) t.join();
+    ::close(listenFd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void acceptLoop() {
+    while (!stopping_) {
+      pollfd p{listenFd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int client = ::accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      relays_.emplace_back([this, client] { relay(client); });
+    }
+  }
+
+  void relay(int client) {
+    for (auto until = std::chrono::steady_clock::now() + delay_; std::chrono::steady_clock::now() < until;) {
+      if (stopping_) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(targetPort_));
+    bool open = !stopping_ && ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    char buf[16384];
+    while (open && !stopping_) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (::poll(fds, 2, 50) <= 0) continue;
+      for (int i = 0; i < 2 && open; ++i) {
+        if (!fds[i].revents) continue;
+        ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+        open = n > 0 && ::send(fds[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) == n;
+      }
+    }
+    ::close(server);
+    ::close(client);
+  }
+
+  int targetPort_;
+  std::chrono::milliseconds delay_;
+  int listenFd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> relays_;  // only the acceptor thread adds, and it is joined first
+  std::thread acceptor_;
+};
+
+}  // namespace
+
+TEST_CASE("store client: a handshake slower than a second still connects", "[store]") {
+  // One connection attempt used to be cut off after 50 ms (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, which
+  // is gRPC's minimum connect timeout), and after at most ~1.2 s once gRPC's backoff had grown: a
+  // burst of 128 workers connecting to a busy store failed with "cannot connect" (store bootstrap
+  // bench). Through a proxy that holds each connection for 1.5 s, the client must still connect.
+  TestServer server;
+  SlowHandshakeProxy proxy(server.port, 1500ms);
+  StoreClientOptions o = clientOptions(server);
+  o.address = proxy.address();
+  o.connectTimeout = 8s;
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<StoreClient> client;
+  REQUIRE_NOTHROW(client = std::make_unique<StoreClient>(o));
+  CHECK(client->add("through the slow proxy", 1) == 1);
+  CHECK(std::chrono::steady_clock::now() - start >= 1500ms);
+  client.reset();
 }
 
 // ---- one client, one Session stream: what the stream adds to the calls above ----

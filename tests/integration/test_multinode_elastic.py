@@ -5,6 +5,8 @@
 - A ddprun-rdzv daemon killed (SIGKILL) and restarted on the same port while a job runs: the old
   agents do not silently continue; they fail with a clear error within a bound and leave nothing.
 - One daemon serves two jobs at once, apart by run id, and a finished job's id can run again.
+- The daemon raises its open file limit to the hard limit (one fd per agent and store client) and
+  warns when that is small.
 - Tokens: agents with the daemon's (or the hosting agent's) token run; an agent with a wrong token
   or none fails, naming the token, without disturbing the job; the token appears in no process's
   command line and in no output.
@@ -28,6 +30,15 @@ def all_cmdlines():
             except OSError:
                 pass
     return out
+
+
+def open_file_limits(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no open file limit in /proc/%d/limits" % pid)
 
 
 class MultiNodeElasticTest(ml.MultiNodeTestCase):
@@ -132,6 +143,24 @@ class MultiNodeElasticTest(ml.MultiNodeTestCase):
         for res in self.wait_all(again, 15):
             self.assert_exit(res, 0)
         self.assertEqual(sorted(r["rank"] for r in self.records() if r["node"].startswith("z")), [0, 1, 2, 3])
+
+    def test_daemon_takes_the_hard_open_file_limit(self):
+        # Each agent and each store client holds a connection of the daemon: with the usual soft
+        # limit (1024) it would stop near a thousand. It raises its soft limit to the hard one, and
+        # says so when even that is small.
+        roomy = ml.Daemon(self, ml.free_port(), prefix=["prlimit", "--nofile=256:8192", "--"])
+        self.assertEqual(open_file_limits(roomy.pid), (8192, 8192))
+        self.assertNotIn("connections open", roomy.stderr())
+        small = ml.Daemon(self, ml.free_port(), prefix=["prlimit", "--nofile=200:300", "--"])
+        self.assertEqual(open_file_limits(small.pid), (300, 300))
+        self.assertIn("can keep only about 236 connections open (open file limit 300", small.stderr())
+        # Still a working daemon.
+        prog = self.recorder()
+        self.release()
+        jobs = [self.agent(t, self.elastic_args(2, small.port, conf="is_host=0") + [prog]) for t in "ab"]
+        for res in self.wait_all(jobs, 20):
+            self.assert_exit(res, 0)
+        self.assert_no_leftovers(jobs)
 
     # --- tokens ----------------------------------------------------------------------------
     def token_files(self):
