@@ -42,6 +42,7 @@ struct WorkerChildSetup : bp::extend::handler {
   int stdoutFd;
   int stderrFd;
   unsigned maxFd;
+  const rlimit* fileLimit;  // set when the agent raised its own (it hosts a server)
 
   template <class Executor>
   void on_exec_setup(Executor&) const {
@@ -57,6 +58,7 @@ struct WorkerChildSetup : bp::extend::handler {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (fileLimit) ::setrlimit(RLIMIT_NOFILE, fileLimit);
     // No fd of the agent (pipes of other workers, sockets, the lifeline) may leak into a worker.
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
       for (unsigned fd = 3; fd < maxFd; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
@@ -94,9 +96,9 @@ class PosixProcessSupervisor::Impl {
       spdlog::warn("cannot become a child subreaper: {}; daemonized grandchildren may escape", std::strerror(errno));
     }
     rlimit limit{};
-    maxFd_ = (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
-                 ? static_cast<unsigned>(limit.rlim_cur)
-                 : 65536;
+    haveWorkerFileLimit_ = ::getrlimit(RLIMIT_NOFILE, &limit) == 0;
+    workerFileLimit_ = limit;  // what the workers get, whatever the agent raises later
+    maxFd_ = (haveWorkerFileLimit_ && limit.rlim_cur != RLIM_INFINITY) ? static_cast<unsigned>(limit.rlim_cur) : 65536;
     if (!options.watchdogPath.empty()) lifeline_ = std::make_unique<Lifeline>(options.watchdogPath, marker_, options.temporaryFolder);
     waitForSigchld();
   }
@@ -127,7 +129,11 @@ class PosixProcessSupervisor::Impl {
     setup.agentPid = ::getpid();
     setup.stdoutFd = request.stdoutFd;
     setup.stderrFd = request.stderrFd;
-    setup.maxFd = maxFd_;
+    rlimit now{};
+    const bool raised = haveWorkerFileLimit_ && ::getrlimit(RLIMIT_NOFILE, &now) == 0 &&
+                        (now.rlim_cur != workerFileLimit_.rlim_cur || now.rlim_max != workerFileLimit_.rlim_max);
+    setup.maxFd = raised && now.rlim_cur != RLIM_INFINITY ? static_cast<unsigned>(now.rlim_cur) : maxFd_;
+    setup.fileLimit = raised ? &workerFileLimit_ : nullptr;
     std::error_code ec;
     bp::child child(bp::exe = request.executable, bp::args = request.args, env, setup, bp::posix::use_vfork, ec);
     if (ec || !child.valid()) {
@@ -238,6 +244,8 @@ class PosixProcessSupervisor::Impl {
   boost::asio::signal_set sigchld_;
   std::string marker_;
   unsigned maxFd_ = 65536;
+  bool haveWorkerFileLimit_ = false;
+  rlimit workerFileLimit_{};
   bool subreaper_ = false;
   bool swept_ = true;  // no process spawned since the last complete sweep
   std::unique_ptr<Lifeline> lifeline_;

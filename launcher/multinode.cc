@@ -62,7 +62,10 @@ MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
   }
   HostedServer* hosted = server.get();
   out.server = std::move(server);
-  if (hosted) spdlog::info("hosting the rendezvous at {}", hosted->server().address());
+  if (hosted) {
+    spdlog::info("hosting the rendezvous at {}", hosted->server().address());
+    raiseOpenFileLimitForServing();  // the supervisor gives workers the limit they had
+  }
 
   GrpcRendezvousOptions o;
   o.endpoint = joinHostPort(cfg.endpointHost, hosted ? hosted->server().port() : cfg.endpointPort);

@@ -2,7 +2,6 @@
 // between them, so that a job does not depend on the agent that would otherwise host it.
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -13,29 +12,6 @@
 #include "common/logging.h"
 #include "common/strings.h"
 #include "rendezvous/rendezvous_server.h"
-
-namespace {
-
-// Every agent and every store client of every job holds a connection, i.e. a file descriptor of
-// this process. The usual soft limit (1024) would stop the daemon near a thousand of them, so it
-// takes the hard limit, as a server should; the workers' limits are not affected (no children).
-void raiseOpenFileLimit() {
-  constexpr rlim_t kEnough = 4096;
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
-  if (limit.rlim_cur < kEnough) {
-    spdlog::warn("ddprun-rdzv can keep only about {} connections open (open file limit {}; each agent and each "
-                 "store client holds one): raise the hard limit (ulimit -Hn, LimitNOFILE=) for large jobs",
-                 limit.rlim_cur > 64 ? limit.rlim_cur - 64 : 0, limit.rlim_cur);
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ddprun-rdzv: the standalone rendezvous and store server for ddprun jobs", "ddprun-rdzv"};
@@ -62,7 +38,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);  // before gRPC starts threads
   try {
     ddprun::setupLogging(logLevel);
-    raiseOpenFileLimit();
+    ddprun::raiseOpenFileLimitForServing();  // no children: nothing to give back
     std::string token;
     if (!tokenFile.empty()) {
       std::ifstream in(tokenFile);

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netdb.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -117,6 +118,22 @@ class RendezvousServer::Impl {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
+
+void raiseOpenFileLimitForServing() {
+  constexpr rlim_t kEnough = 4096;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur < kEnough) {
+    spdlog::warn("the rendezvous server can keep only about {} connections open (open file limit {}; each agent "
+                 "and each store client holds one): raise the hard limit (ulimit -Hn, LimitNOFILE=) for large jobs",
+                 limit.rlim_cur > 64 ? limit.rlim_cur - 64 : 0, limit.rlim_cur);
+  }
+}
 
 RendezvousServer::RendezvousServer(RendezvousServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}

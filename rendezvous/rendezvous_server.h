@@ -22,6 +22,12 @@ struct RendezvousServerOptions {
   std::chrono::milliseconds idleTimeout{std::chrono::minutes(5)};
 };
 
+// Raises this process's soft limit on open files to its hard limit, for a process that hosts a
+// server: each agent and each store client holds a connection, i.e. a descriptor, and the usual
+// soft limit (1024) would stop a server near a thousand. Warns when even the hard limit is small.
+// Children started afterwards should get the limit back (the agent's supervisor does).
+void raiseOpenFileLimitForServing();
+
 class RendezvousServer {
  public:
   // Listens at once. Throws ConnectionError naming the address when it cannot (in use, not local).

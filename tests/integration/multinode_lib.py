@@ -78,6 +78,16 @@ def wait_listening(port, host="127.0.0.1", timeout=10.0, proc=None):
     return False
 
 
+def open_file_limits(pid):
+    """(soft, hard) limit on open files of process `pid`."""
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no open file limit in /proc/%d/limits" % pid)
+
+
 def clean_env(extra=None):
     """Changes to the agent's environment (for ddprun_testlib.Job): None unsets a variable."""
     env = {}

@@ -8,12 +8,17 @@
 - Elastic mode: 3 agents x 2 workers with --rdzv_backend=c10d (the alias) against one endpoint
   train the same script with world size 6, and --nnodes=2:3 with 2 agents and a short last call
   forms a round of 2 without waiting for a third.
+- The agent that hosts the rendezvous raises its open-file limit to the hard limit; its workers
+  keep the limit they were started with.
 
 Why equal weights are expected: ddp_train.py splits one global batch evenly over the ranks and DDP
 averages gradients, so every step is the full-batch step whatever the world size (see the script).
 A launcher that gave two workers the same RANK, a wrong WORLD_SIZE or two masters would move the
 weights far beyond ATOL (or hang, which the bounded waits turn into a failure).
 """
+
+import os
+import time
 
 import multinode_lib as ml
 from ddprun_testlib import main
@@ -25,6 +30,13 @@ TRAIN_TIMEOUT_S = 75
 
 
 class MultiNodeTest(ml.MultiNodeTestCase):
+
+    def wait_for(self, predicate, timeout, what, jobs):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                self.fail("timed out waiting for %s\n%s" % (what, self.describe_all(jobs)))
+            time.sleep(0.05)
 
     def train_summary(self, out, jobs, world):
         summary = ml.read_json(out + ".json")
@@ -99,6 +111,28 @@ class MultiNodeTest(ml.MultiNodeTestCase):
         self.assertEqual(len(ports), 1, "nodes disagree on MASTER_PORT: %s" % recs)
         self.assertNotEqual(ports.pop(), port, "MASTER_PORT is the rendezvous port (rank 0's store cannot bind it)")
         self.assertEqual(len({r["round"] for r in recs}), 1, recs)
+
+    def test_hosting_agent_raises_its_file_limit_not_its_workers(self):
+        # Node 0 hosts the server, which holds a descriptor per agent and per store client: it takes
+        # the hard open-file limit. Its workers keep the limit they were started with (a raised soft
+        # limit would break programs that use select()).
+        port = ml.free_port()
+        prog = self.script("limits.sh", 'ulimit -Sn > "%s/limit_${NODE_TAG}_${LOCAL_RANK}"\n'
+                                         'while [ ! -e "%s" ]; do sleep 0.05; done\n' % (self.tmp, self.path("release")))
+        limit = ["prlimit", "--nofile=256:8192", "--"]
+        jobs = [self.agent("n%d" % r, self.static_args(r, port) + [prog], prefix=limit) for r in (1, 0)]
+        self.wait_for(lambda: len([f for f in os.listdir(self.tmp) if f.startswith("limit_")]) == 4, 30,
+                      "the 4 workers' limits", jobs)
+        node0 = jobs[1]
+        self.assertEqual(ml.open_file_limits(node0.pid), (8192, 8192), self.describe_all(jobs))
+        self.assertEqual(ml.open_file_limits(jobs[0].pid), (256, 8192), "node 1 hosts nothing")
+        for name in sorted(f for f in os.listdir(self.tmp) if f.startswith("limit_")):
+            with open(os.path.join(self.tmp, name)) as f:
+                self.assertEqual(f.read().strip(), "256", "worker %s" % name)
+        self.release()
+        for res in self.wait_all(jobs, 30):
+            self.assert_exit(res, 0)
+        self.assert_no_leftovers(jobs)
 
     def test_elastic_three_nodes_c10d_alias_ddp(self):
         expected = self.reference()

@@ -32,15 +32,6 @@ def all_cmdlines():
     return out
 
 
-def open_file_limits(pid):
-    with open("/proc/%d/limits" % pid) as f:
-        for line in f:
-            if line.startswith("Max open files"):
-                soft, hard = line.split()[3:5]
-                return int(soft), int(hard)
-    raise AssertionError("no open file limit in /proc/%d/limits" % pid)
-
-
 class MultiNodeElasticTest(ml.MultiNodeTestCase):
 
     def round_of(self, nodes, nproc, after=0):
@@ -149,10 +140,10 @@ class MultiNodeElasticTest(ml.MultiNodeTestCase):
         # limit (1024) it would stop near a thousand. It raises its soft limit to the hard one, and
         # says so when even that is small.
         roomy = ml.Daemon(self, ml.free_port(), prefix=["prlimit", "--nofile=256:8192", "--"])
-        self.assertEqual(open_file_limits(roomy.pid), (8192, 8192))
+        self.assertEqual(ml.open_file_limits(roomy.pid), (8192, 8192))
         self.assertNotIn("connections open", roomy.stderr())
         small = ml.Daemon(self, ml.free_port(), prefix=["prlimit", "--nofile=200:300", "--"])
-        self.assertEqual(open_file_limits(small.pid), (300, 300))
+        self.assertEqual(ml.open_file_limits(small.pid), (300, 300))
         self.assertIn("can keep only about 236 connections open (open file limit 300", small.stderr())
         # Still a working daemon.
         prog = self.recorder()
