@@ -69,11 +69,14 @@ class ElasticAgent::Impl {
     group_->stop(SIGTERM, options_.shutdownGrace);
   }
 
-  void onJobClosed(JobOutcome outcome, const std::string& reason) {
-    if (finished_) return;
-    jobClosed_ = outcome;
-    closeReason_ = reason;
-    if (outcome == JobOutcome::kFailed && group_ && !groupStopped_) {
+  void onJobClosed(const JobClosure& closure) {
+    if (finished_ || jobClosed_) return;  // the first closure is the job's
+    pendingRound_.reset();
+    jobClosed_ = closure.outcome;
+    closeReason_ = closure.reason;
+    jobFailure_ = closure.failure;
+    jobFailedNode_ = closure.failedNode;
+    if (closure.outcome == JobOutcome::kFailed && group_ && !groupStopped_) {
       group_->stop(SIGTERM, options_.shutdownGrace);
     }
     maybeFinishClosedJob();
@@ -81,7 +84,7 @@ class ElasticAgent::Impl {
 
  private:
   void maybeStartPendingRound() {
-    if (!pendingRound_ || (group_ && !groupStopped_)) return;
+    if (finished_ || jobClosed_ || !pendingRound_ || (group_ && !groupStopped_)) return;
     RoundInfo round = *pendingRound_;
     pendingRound_.reset();
     if (round.restartCount > 0) {
@@ -189,7 +192,8 @@ class ElasticAgent::Impl {
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; stopping the others", exit.rank, exit.localRank, exit.pid,
                  how);
     // Tell the rendezvous first, so that peers restart while this node is still stopping.
-    rendezvous_.reportWorkerFailure(currentRound_.round);
+    rendezvous_.reportWorkerFailure(currentRound_.round,
+                                    WorkerFailure{exit.rank, exit.exitCode, exit.signal, exitStatusOf(exit), how});
     group_->stop(SIGTERM, options_.shutdownGrace);
   }
 
@@ -218,15 +222,23 @@ class ElasticAgent::Impl {
       finish(0);
       return;
     }
+    // Every node exits with the status of the job's first failure (the one the rendezvous saw
+    // first), so that a scheduler sees one exit code for the job; a node whose own workers failed
+    // also prints their report.
+    const bool firstIsElsewhere = jobFailure_ && (!lastFailure_ || jobFailure_->rank != lastFailure_->first.rank);
     if (lastFailure_) {
       ::fflush(stdout);
       std::string report = formatFailureReport(*lastFailure_);
       writeAll(STDERR_FILENO, report);
-      finish(exitStatusOf(lastFailure_->first));
-    } else {
-      spdlog::error("job failed: {}", closeReason_);
-      finish(1);
     }
+    if (firstIsElsewhere) {
+      spdlog::error("job failed: worker rank {}{} {} ({})", jobFailure_->rank,
+                    jobFailedNode_.empty() ? "" : " on node " + jobFailedNode_,
+                    jobFailure_->description.empty() ? "failed" : jobFailure_->description, closeReason_);
+    } else if (!lastFailure_) {
+      spdlog::error("job failed: {}", closeReason_);
+    }
+    finish(jobFailure_ ? jobFailure_->exitStatus : lastFailure_ ? exitStatusOf(lastFailure_->first) : 1);
   }
 
   FailureReportInput makeReport(const WorkerExit& first) {
@@ -265,6 +277,8 @@ class ElasticAgent::Impl {
   std::optional<FailureReportInput> lastFailure_;
   std::optional<JobOutcome> jobClosed_;
   std::string closeReason_;
+  std::optional<WorkerFailure> jobFailure_;  // the job's first failure, when one ended it
+  std::string jobFailedNode_;
   std::optional<int> stopSignal_;
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;
@@ -280,6 +294,6 @@ void ElasticAgent::onRoundReady(const RoundInfo& round) { impl_->onRoundReady(ro
 void ElasticAgent::onRoundInterrupted(uint64_t round, const std::string& reason) {
   impl_->onRoundInterrupted(round, reason);
 }
-void ElasticAgent::onJobClosed(JobOutcome outcome, const std::string& reason) { impl_->onJobClosed(outcome, reason); }
+void ElasticAgent::onJobClosed(const JobClosure& closure) { impl_->onJobClosed(closure); }
 
 }  // namespace ddprun

@@ -56,7 +56,7 @@ class ElasticAgent final : public RendezvousListener {
 
   void onRoundReady(const RoundInfo& round) override;
   void onRoundInterrupted(uint64_t round, const std::string& reason) override;
-  void onJobClosed(JobOutcome outcome, const std::string& reason) override;
+  void onJobClosed(const JobClosure& closure) override;
 
  private:
   class Impl;

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "rendezvous/grpc_runtime.h"
+#include "rendezvous/worker_failure_message.h"
 #include "rendezvous/grpc_util.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 
@@ -64,8 +65,9 @@ class GrpcRendezvous::Impl {
     reader_ = std::thread([this] { run(); });
   }
 
-  void reportWorkerFailure(uint64_t round) {
+  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
     pb::AgentMessage msg;
+    toMessage(failure, msg.mutable_worker_failed());
     msg.mutable_worker_failed()->set_round(round);
     write(msg);
   }
@@ -232,9 +234,15 @@ class GrpcRendezvous::Impl {
       }
       case pb::ServerMessage::kJobClosed: {
         closed_ = true;
-        auto outcome = msg.job_closed().succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
-        auto reason = msg.job_closed().reason();
-        post_([listener = listener_, outcome, reason] { listener->onJobClosed(outcome, reason); });
+        const auto& closed = msg.job_closed();
+        JobClosure closure;
+        closure.outcome = closed.succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
+        closure.reason = closed.reason();
+        if (!closed.succeeded() && closed.has_failure()) {
+          closure.failure = fromMessage(closed.failure());
+          closure.failedNode = closed.failed_node().substr(0, 256);
+        }
+        post_([listener = listener_, closure] { listener->onJobClosed(closure); });
         return false;
       }
       case pb::ServerMessage::kRejected: {
@@ -280,7 +288,7 @@ class GrpcRendezvous::Impl {
   }
 
   void fail(const std::string& reason) {
-    post_([listener = listener_, reason] { listener->onJobClosed(JobOutcome::kFailed, reason); });
+    post_([listener = listener_, reason] { listener->onJobClosed(JobClosure{JobOutcome::kFailed, reason, {}, {}}); });
   }
 
   bool stopped() {
@@ -312,7 +320,9 @@ GrpcRendezvous::GrpcRendezvous(GrpcRendezvousOptions options, Post post)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(post))) {}
 GrpcRendezvous::~GrpcRendezvous() = default;
 void GrpcRendezvous::join(RendezvousListener* listener) { impl_->join(listener); }
-void GrpcRendezvous::reportWorkerFailure(uint64_t round) { impl_->reportWorkerFailure(round); }
+void GrpcRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
+  impl_->reportWorkerFailure(round, failure);
+}
 void GrpcRendezvous::reportSucceeded(uint64_t round) { impl_->reportSucceeded(round); }
 void GrpcRendezvous::leave() { impl_->leave(); }
 

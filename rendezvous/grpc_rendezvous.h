@@ -35,7 +35,7 @@ class GrpcRendezvous final : public Rendezvous {
   ~GrpcRendezvous() override;
 
   void join(RendezvousListener* listener) override;
-  void reportWorkerFailure(uint64_t round) override;
+  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
   void reportSucceeded(uint64_t round) override;
   void leave() override;
 

@@ -30,15 +30,16 @@ void LocalRendezvous::announceRound() {
   post_([listener = listener_, info] { listener->onRoundReady(info); });
 }
 
-void LocalRendezvous::reportWorkerFailure(uint64_t round) {
+void LocalRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
   if (closed_ || round != round_) return;  // stale report: that round is already over
   if (restartCount_ >= options_.maxRestarts) {
     closed_ = true;
-    std::string reason = options_.maxRestarts == 0
-                             ? "a worker failed and restarts are off (--max_restarts=0)"
-                             : "a worker failed and the restart budget (" +
-                                   std::to_string(options_.maxRestarts) + ") is spent";
-    post_([listener = listener_, reason] { listener->onJobClosed(JobOutcome::kFailed, reason); });
+    JobClosure closure;
+    closure.reason = options_.maxRestarts == 0 ? "a worker failed and restarts are off (--max_restarts=0)"
+                                               : "a worker failed and the restart budget (" +
+                                                     std::to_string(options_.maxRestarts) + ") is spent";
+    closure.failure = failure;
+    post_([listener = listener_, closure] { listener->onJobClosed(closure); });
     return;
   }
   ++restartCount_;
@@ -49,7 +50,7 @@ void LocalRendezvous::reportWorkerFailure(uint64_t round) {
 void LocalRendezvous::reportSucceeded(uint64_t round) {
   if (closed_ || round != round_) return;
   closed_ = true;
-  post_([listener = listener_] { listener->onJobClosed(JobOutcome::kSucceeded, "all workers succeeded"); });
+  post_([listener = listener_] { listener->onJobClosed(JobClosure{JobOutcome::kSucceeded, "all workers succeeded", {}, {}}); });
 }
 
 void LocalRendezvous::leave() { closed_ = true; }

@@ -27,7 +27,7 @@ class LocalRendezvous final : public Rendezvous {
   LocalRendezvous(LocalRendezvousOptions options, Post post, PortFinder findPort = nullptr);
 
   void join(RendezvousListener* listener) override;
-  void reportWorkerFailure(uint64_t round) override;
+  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
   void reportSucceeded(uint64_t round) override;
   void leave() override;
 

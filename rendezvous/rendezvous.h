@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ddprun {
@@ -24,6 +25,25 @@ struct RoundInfo {
 
 enum class JobOutcome { kSucceeded, kFailed };
 
+// A node's first worker failure in a round, as the job knows it.
+struct WorkerFailure {
+  int rank = -1;            // global rank
+  int exitCode = -1;        // -1 when a signal ended it
+  int signal = 0;
+  int exitStatus = 1;       // what ddprun exits with for it: the code, 128 + signal, 124 if hung
+  std::string description;  // "failed with exit code 7", "was killed by SIGSEGV", ...
+};
+
+// How the job ended, the same for every node.
+struct JobClosure {
+  JobOutcome outcome = JobOutcome::kFailed;
+  std::string reason;
+  // The worker failure that ended the job (the first the rendezvous saw), and its node; every
+  // agent exits with its status, so that a scheduler sees one exit code for the job.
+  std::optional<WorkerFailure> failure;
+  std::string failedNode;
+};
+
 class RendezvousListener {
  public:
   virtual ~RendezvousListener() = default;
@@ -33,7 +53,7 @@ class RendezvousListener {
   // stop the workers and wait for the next onRoundReady.
   virtual void onRoundInterrupted(uint64_t round, const std::string& reason) = 0;
   // The job is over for every node.
-  virtual void onJobClosed(JobOutcome outcome, const std::string& reason) = 0;
+  virtual void onJobClosed(const JobClosure& closure) = 0;
 };
 
 class Rendezvous {
@@ -41,9 +61,10 @@ class Rendezvous {
   virtual ~Rendezvous() = default;
   // Joins the job. The listener must outlive this object.
   virtual void join(RendezvousListener* listener) = 0;
-  // A local worker of `round` failed. Leads to the next round while the job's restart budget lasts,
-  // else to onJobClosed(kFailed). A report for an old round is ignored.
-  virtual void reportWorkerFailure(uint64_t round) = 0;
+  // A local worker of `round` failed (the node's first failure of the round). Leads to the next
+  // round while the job's restart budget lasts, else to onJobClosed(kFailed) carrying the job's
+  // first failure. A report for an old round is ignored.
+  virtual void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) = 0;
   // Every local worker of `round` exited 0 (the exit barrier).
   virtual void reportSucceeded(uint64_t round) = 0;
   // This node stops (a signal): it leaves without closing the job for the others.

@@ -11,6 +11,7 @@
 
 #include "rendezvous/grpc_util.h"
 #include "rendezvous/state_machine.h"
+#include "rendezvous/worker_failure_message.h"
 
 namespace ddprun {
 namespace {
@@ -59,6 +60,10 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
   } else if (auto* e = std::get_if<JobEnd>(&notice.body)) {
     msg.mutable_job_closed()->set_succeeded(e->succeeded);
     msg.mutable_job_closed()->set_reason(e->reason);
+    if (e->failure) {
+      toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
+      msg.mutable_job_closed()->set_failed_node(e->failedNode);
+    }
   } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
     msg.mutable_rejected()->set_code(toProto(r->code));
     msg.mutable_rejected()->set_message(r->message);
@@ -308,9 +313,12 @@ class RendezvousService::Impl {
         *deadlinesMayBeEarlier = !notices.empty();
         break;
       case pb::AgentMessage::kWorkerFailed:
-        spdlog::info("job '{}': node {} reports a failed worker (rank {}) in round {}", s->runId, s->nodeId,
-                     msg.worker_failed().rank(), msg.worker_failed().round());
-        notices = job.state->workerFailed(s->nodeId, msg.worker_failed().round(), now);
+      {
+        const WorkerFailure failure = fromMessage(msg.worker_failed());
+        spdlog::info("job '{}': node {} reports that worker rank {} {} (round {})", s->runId, s->nodeId, failure.rank,
+                     failure.description.empty() ? "failed" : failure.description, msg.worker_failed().round());
+        notices = job.state->workerFailed(s->nodeId, msg.worker_failed().round(), now, failure);
+      }
         break;
       case pb::AgentMessage::kSucceeded:
         notices = job.state->succeeded(s->nodeId, msg.succeeded().round(), now);

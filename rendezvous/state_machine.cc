@@ -110,7 +110,8 @@ std::optional<Rejection> RendezvousState::checkReport(const std::string& nodeId,
   return std::nullopt;
 }
 
-std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uint64_t round, Micros now) {
+std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uint64_t round, Micros now,
+                                                  const WorkerFailure& failure) {
   std::vector<Notice> out;
   if (auto rejection = checkReport(nodeId, round)) {
     out.push_back(Notice{nodeId, *rejection});
@@ -122,7 +123,7 @@ std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uin
              "a worker on node " + nodeId + " failed and " +
                  (rules_.maxRestarts == 0 ? std::string("restarts are off (--max_restarts=0)")
                                           : "the restart budget (" + std::to_string(rules_.maxRestarts) + ") is spent"),
-             &out);
+             &out, failure, nodeId);
     return out;
   }
   ++restartCount_;
@@ -290,9 +291,10 @@ void RendezvousState::interruptRound(const std::string& reason, std::vector<Noti
   }
 }
 
-void RendezvousState::closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out) {
+void RendezvousState::closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out,
+                               const std::optional<WorkerFailure>& failure, const std::string& failedNode) {
   phase_ = Phase::kClosed;
-  for (const auto& [id, node] : nodes_) out->push_back(Notice{id, JobEnd{succeeded, reason}});
+  for (const auto& [id, node] : nodes_) out->push_back(Notice{id, JobEnd{succeeded, reason, failure, failedNode}});
 }
 
 }  // namespace ddprun

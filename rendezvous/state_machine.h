@@ -28,6 +28,8 @@
 #include <variant>
 #include <vector>
 
+#include "rendezvous/rendezvous.h"  // WorkerFailure
+
 namespace ddprun {
 
 using Micros = std::chrono::microseconds;
@@ -71,6 +73,8 @@ struct RoundInterruption {
 struct JobEnd {
   bool succeeded = false;
   std::string reason;
+  std::optional<WorkerFailure> failure;  // the worker failure that ended the job, if one did
+  std::string failedNode;
 };
 
 enum class RejectCode { kStaleRound, kDuplicateNode, kJobClosed, kRulesMismatch, kMalformed, kNotJoined };
@@ -95,7 +99,9 @@ class RendezvousState {
 
   std::vector<Notice> join(const NodeInfo& node, Micros now);
   std::vector<Notice> heartbeat(const std::string& nodeId, Micros now);
-  std::vector<Notice> workerFailed(const std::string& nodeId, uint64_t round, Micros now);
+  // A node's first worker failure of the round; when it ends the job, every node's JobEnd carries it.
+  std::vector<Notice> workerFailed(const std::string& nodeId, uint64_t round, Micros now,
+                                   const WorkerFailure& failure = {});
   std::vector<Notice> succeeded(const std::string& nodeId, uint64_t round, Micros now);
   // The node is gone: it said so, its stream ended, or it was stopped by a signal.
   std::vector<Notice> leave(const std::string& nodeId, const std::string& reason, Micros now);
@@ -128,7 +134,8 @@ class RendezvousState {
   void maybeCloseGathering(Micros now, std::vector<Notice>* out);
   void closeRound(std::vector<Notice>* out);
   void interruptRound(const std::string& reason, std::vector<Notice>* out);
-  void closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out);
+  void closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out,
+                const std::optional<WorkerFailure>& failure = std::nullopt, const std::string& failedNode = "");
   // Removes nodes that are gone, then interrupts the round once if any of them still had work.
   void removeNodes(const std::vector<std::string>& nodeIds, const std::string& reason, Micros now,
                    std::vector<Notice>* out);

@@ -338,7 +338,7 @@ TEST_CASE("agent finishes exactly once", "[agent]") {
   h.supervisor.exitProcess(1000, 0);
   h.pump();
   h.agent->handleSignal(SIGTERM);
-  h.agent->onJobClosed(ddprun::JobOutcome::kFailed, "late");
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "late", {}, {}});
   h.pump();
   CHECK(h.statuses == std::vector<int>{0});
   CHECK(h.supervisor.signals().empty());
@@ -530,14 +530,57 @@ TEST_CASE("a repeated SIGTERM sends the workers no second signal", "[agent]") {
   CHECK(h.statuses == std::vector<int>{143});
 }
 
-TEST_CASE("a job closed as failed by the rendezvous stops the workers and finishes with 1", "[agent]") {
+TEST_CASE("a job closed as failed without a worker failure stops the workers and finishes with 1", "[agent]") {
   AgentHarness h(AgentSetup{.nproc = 2});
   h.start();
-  h.agent->onJobClosed(ddprun::JobOutcome::kFailed, "a worker on another node failed");
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "the rendezvous went away", {}, {}});
   CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
   CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
   h.supervisor.killProcess(1000, SIGTERM);
   h.supervisor.killProcess(1001, SIGTERM);
   h.pump();
   CHECK(h.statuses == std::vector<int>{1});
+}
+
+TEST_CASE("a job ended by another node's worker failure finishes with that worker's status", "[agent]") {
+  // Every node exits with the job's first failure, so that a scheduler (Slurm, a Kubernetes pod
+  // failure policy) sees one exit code for the job, not the code on one node and 1 elsewhere.
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "a worker on node b failed",
+                                          ddprun::WorkerFailure{5, 7, 0, 7, "failed with exit code 7"}, "b"});
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{7});
+  CHECK_THAT(h.err.text(), !Catch::Contains("FAILED"));  // nothing failed here to report
+}
+
+TEST_CASE("a node whose own worker failed second exits with the job's first failure, reporting its own", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 1});
+  h.start();
+  h.supervisor.exitProcess(1001, 3);
+  h.pump();  // reported; the rendezvous offers the next round while worker 1000 is being stopped
+  // Meanwhile another node's failure had spent the budget: the job is over.
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "a worker on node b failed",
+                                          ddprun::WorkerFailure{5, 7, 0, 7, "failed with exit code 7"}, "b"});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{7});
+  CHECK(h.supervisor.spawned().size() == 2);  // the offered round never starts
+  CHECK_THAT(h.err.text(), Catch::Contains("exitcode  : 3"));
+}
+
+TEST_CASE("the first closure of a job is the one that counts", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  h.start();
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "first",
+                                          ddprun::WorkerFailure{2, 9, 0, 9, "failed with exit code 9"}, "c"});
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "second",
+                                          ddprun::WorkerFailure{3, 4, 0, 4, "failed with exit code 4"}, "d"});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{9});
 }

@@ -22,8 +22,15 @@ struct RecordingListener : ddprun::RendezvousListener {
   void onRoundInterrupted(uint64_t round, const std::string& reason) override {
     interrupted.emplace_back(round, reason);
   }
-  void onJobClosed(JobOutcome outcome, const std::string& reason) override { closed.emplace_back(outcome, reason); }
+  void onJobClosed(const ddprun::JobClosure& closure) override {
+    closed.emplace_back(closure.outcome, closure.reason);
+    failures.push_back(closure.failure);
+  }
+  std::vector<std::optional<ddprun::WorkerFailure>> failures;  // one per closed
 };
+
+// Rank 1 exited with code 3.
+ddprun::WorkerFailure failure() { return ddprun::WorkerFailure{1, 3, 0, 3, "failed with exit code 3"}; }
 
 // A hand-drained event loop and a port finder that hands out 40000, 40001, ...
 struct Harness {
@@ -91,7 +98,7 @@ TEST_CASE("each failure within the budget announces the next round with a fresh 
   h.rdzv->join(&h.listener);
   h.drain();
 
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   CHECK(h.listener.rounds.size() == 1);  // only through post
   h.drain();
   REQUIRE(h.listener.rounds.size() == 2);
@@ -100,7 +107,7 @@ TEST_CASE("each failure within the budget announces the next round with a fresh 
   CHECK(h.listener.rounds[1].masterPort == 40001);
   CHECK(h.listener.rounds[1].worldSize == 2);
 
-  h.rdzv->reportWorkerFailure(1);
+  h.rdzv->reportWorkerFailure(1, failure());
   h.drain();
   REQUIRE(h.listener.rounds.size() == 3);
   CHECK(h.listener.rounds[2].round == 2);
@@ -113,7 +120,7 @@ TEST_CASE("a fixed master port is kept across rounds and no port is searched", "
   Harness h(options(2, 1, 29500));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   h.drain();
   REQUIRE(h.listener.rounds.size() == 2);
   CHECK(h.listener.rounds[0].masterPort == 29500);
@@ -125,25 +132,29 @@ TEST_CASE("a failure with restarts off closes the job as failed", "[rendezvous]"
   Harness h(options(2, 0));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   CHECK(h.listener.closed.empty());  // only through post
   h.drain();
   CHECK(h.listener.rounds.size() == 1);
   REQUIRE(h.listener.closed.size() == 1);
   CHECK(h.listener.closed[0].first == JobOutcome::kFailed);
   CHECK_THAT(h.listener.closed[0].second, Catch::Contains("max_restarts"));
+  // The failure that ended the job travels with it: the agent exits with its status.
+  REQUIRE(h.listener.failures[0].has_value());
+  CHECK(h.listener.failures[0]->rank == 1);
+  CHECK(h.listener.failures[0]->exitStatus == 3);
 }
 
 TEST_CASE("a failure after the budget is spent closes the job as failed", "[rendezvous]") {
   Harness h(options(1, 2));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   h.drain();
-  h.rdzv->reportWorkerFailure(1);
+  h.rdzv->reportWorkerFailure(1, failure());
   h.drain();
   CHECK(h.listener.closed.empty());
-  h.rdzv->reportWorkerFailure(2);
+  h.rdzv->reportWorkerFailure(2, failure());
   h.drain();
   CHECK(h.listener.rounds.size() == 3);
   REQUIRE(h.listener.closed.size() == 1);
@@ -151,7 +162,7 @@ TEST_CASE("a failure after the budget is spent closes the job as failed", "[rend
   CHECK_THAT(h.listener.closed[0].second, Catch::Contains("2"));
 
   // The job is closed: nothing more happens.
-  h.rdzv->reportWorkerFailure(2);
+  h.rdzv->reportWorkerFailure(2, failure());
   h.rdzv->reportSucceeded(2);
   CHECK(h.drain() == 0);
   CHECK(h.listener.closed.size() == 1);
@@ -161,20 +172,20 @@ TEST_CASE("a failure report for an old round is ignored", "[rendezvous]") {
   Harness h(options(2, 3));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   h.drain();
   REQUIRE(h.listener.rounds.size() == 2);
 
-  h.rdzv->reportWorkerFailure(0);  // a second worker of round 0 reporting late
+  h.rdzv->reportWorkerFailure(0, failure());  // a second worker of round 0 reporting late
   CHECK(h.drain() == 0);
   CHECK(h.listener.rounds.size() == 2);
   CHECK(h.listener.closed.empty());
 
-  h.rdzv->reportWorkerFailure(7);  // a round that never existed
+  h.rdzv->reportWorkerFailure(7, failure());  // a round that never existed
   CHECK(h.drain() == 0);
 
   // The current round still counts.
-  h.rdzv->reportWorkerFailure(1);
+  h.rdzv->reportWorkerFailure(1, failure());
   h.drain();
   REQUIRE(h.listener.rounds.size() == 3);
   CHECK(h.listener.rounds[2].restartCount == 2);
@@ -189,9 +200,10 @@ TEST_CASE("reportSucceeded closes the job as succeeded", "[rendezvous]") {
   h.drain();
   REQUIRE(h.listener.closed.size() == 1);
   CHECK(h.listener.closed[0].first == JobOutcome::kSucceeded);
+  CHECK_FALSE(h.listener.failures[0].has_value());
 
   h.rdzv->reportSucceeded(0);
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   CHECK(h.drain() == 0);
   CHECK(h.listener.closed.size() == 1);
   CHECK(h.listener.rounds.size() == 1);
@@ -201,7 +213,7 @@ TEST_CASE("reportSucceeded for an old round is ignored", "[rendezvous]") {
   Harness h(options(2, 1));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   h.drain();
   h.rdzv->reportSucceeded(0);
   CHECK(h.drain() == 0);
@@ -210,6 +222,7 @@ TEST_CASE("reportSucceeded for an old round is ignored", "[rendezvous]") {
   h.drain();
   REQUIRE(h.listener.closed.size() == 1);
   CHECK(h.listener.closed[0].first == JobOutcome::kSucceeded);
+  CHECK_FALSE(h.listener.failures[0].has_value());
 }
 
 TEST_CASE("after leave nothing more is announced", "[rendezvous]") {
@@ -217,7 +230,7 @@ TEST_CASE("after leave nothing more is announced", "[rendezvous]") {
   h.rdzv->join(&h.listener);
   h.drain();
   h.rdzv->leave();
-  h.rdzv->reportWorkerFailure(0);
+  h.rdzv->reportWorkerFailure(0, failure());
   h.rdzv->reportSucceeded(0);
   CHECK(h.drain() == 0);
   CHECK(h.listener.rounds.size() == 1);

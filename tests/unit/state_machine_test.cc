@@ -291,12 +291,25 @@ TEST_CASE("worker failure: restarts draw on one global budget", "[rendezvous]") 
 TEST_CASE("worker failure: with max_restarts=0 the first failure ends the job", "[rendezvous]") {
   RendezvousState s("job", rules(2, 2, 0), sec(0));
   startRound(s, {"a", "b"});
-  auto out = s.workerFailed("a", 1, sec(2));
+  auto out = s.workerFailed("a", 1, sec(2), ddprun::WorkerFailure{3, 7, 0, 7, "failed with exit code 7"});
   CHECK(render(out) == Lines{ended("a", false), ended("b", false)});
   CHECK_THAT(textFor(out, "b"), Contains("max_restarts=0"));
   CHECK_THAT(textFor(out, "b"), Contains("node a"));
+  // Every node learns which worker ended the job, to exit with its status.
+  for (const auto& n : out) {
+    const auto* end = std::get_if<JobEnd>(&n.body);
+    REQUIRE(end != nullptr);
+    REQUIRE(end->failure.has_value());
+    CHECK(end->failure->rank == 3);
+    CHECK(end->failure->exitStatus == 7);
+    CHECK(end->failedNode == "a");
+  }
   CHECK(s.phase() == Phase::kClosed);
   CHECK(s.restartCount() == 0);
+
+  // A later report (the other node's own failure, already too late) changes nothing.
+  auto late = s.workerFailed("b", 1, sec(2), ddprun::WorkerFailure{0, 3, 0, 3, "failed with exit code 3"});
+  for (const auto& n : late) CHECK_FALSE(std::holds_alternative<JobEnd>(n.body));
 }
 
 // ---- 6. fencing -----------------------------------------------------------------------------------
