@@ -5,6 +5,8 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 namespace ddprun {
 
@@ -21,7 +23,7 @@ bool constantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::shared_ptr<grpc::Channel> makeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, std::chrono::milliseconds keepalive) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -33,12 +35,24 @@ std::shared_ptr<grpc::Channel> makeChannel(const std::string& address) {
   // gRPC's default (20 s) stays; the caller's connect timeout bounds the whole wait.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (keepalive.count() > 0) {
+    const int ms = static_cast<int>(std::min<int64_t>(keepalive.count(), std::numeric_limits<int>::max()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // gRPC stops after 2 by default
+  }
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
-void applyMessageLimits(grpc::ServerBuilder& builder) {
+void applyServerDefaults(grpc::ServerBuilder& builder) {
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Clients ping to find dead connections: agents every heartbeat_timeout / 2 (as often as every
+  // 100 ms), store clients after their keepalive. gRPC would answer pings more often than every
+  // 5 minutes with GOAWAY (too_many_pings) and cut the connection.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 50);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
 }  // namespace ddprun

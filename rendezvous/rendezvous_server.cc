@@ -71,12 +71,9 @@ class RendezvousServer::Impl {
         [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }});
     grpc::ServerBuilder builder;
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second server on the port must fail
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 50);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, clampedMs(options_.handshakeTimeout));
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
-    applyMessageLimits(builder);
+    applyServerDefaults(builder);
     builder.AddListeningPort(joinHostPort(options_.bindAddress, options_.port), grpc::InsecureServerCredentials(),
                              &port_);
     builder.RegisterService(rendezvous_.get());

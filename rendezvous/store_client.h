@@ -28,6 +28,11 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{300000};
   // How long the constructor keeps retrying to connect.
   std::chrono::milliseconds connectTimeout{10000};
+  // A worker's store connection sits idle for hours between its bootstrap and its last barrier.
+  // After this long without traffic the client pings the server; a connection that died without
+  // a word (a host gone, a firewall or load balancer that dropped it) then fails the calls on it
+  // within about twice this, instead of at their deadlines. 0: no pings.
+  std::chrono::milliseconds keepalive{30000};
 };
 
 class StoreClient {

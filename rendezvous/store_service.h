@@ -3,7 +3,7 @@
 // its callback, from client cancellation, or from the service's timer thread at their deadline.
 // Session streams (store_session.h) carry the same operations, many per stream.
 //
-// Owner's duties: register it on a grpc::ServerBuilder (with applyMessageLimits), call
+// Owner's duties: register it on a grpc::ServerBuilder (with applyServerDefaults), call
 // shutdown() before grpc::Server::Shutdown() so that pending waits end at once instead of holding
 // the server's shutdown, and destroy the server before the service.
 #pragma once

@@ -35,7 +35,7 @@ struct TestServer {
   explicit TestServer(ddprun::StoreServiceOptions options = {}, std::string address = "127.0.0.1:0")
       : service(std::move(options)) {
     grpc::ServerBuilder builder;
-    ddprun::applyMessageLimits(builder);
+    ddprun::applyServerDefaults(builder);
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
@@ -345,16 +345,18 @@ int listenOnLoopback(int* port) {
   return fd;
 }
 
-// A TCP proxy in front of a server that holds every new connection for `delay` before it passes
-// bytes on: a server too busy to answer a handshake at once, as one is when a hundred workers
-// connect together.
-class SlowHandshakeProxy {
+// A TCP relay in front of a server. It can hold every new connection for `delay` before it passes
+// bytes on (a server too busy to answer a handshake at once, as one is when a hundred workers
+// connect together), and freeze: stop passing bytes while keeping every connection open (a peer
+// host gone without a word, a firewall that dropped the connection).
+class TcpRelay {
  public:
-  SlowHandshakeProxy(int targetPort, std::chrono::milliseconds delay) : targetPort_(targetPort), delay_(delay) {
+  explicit TcpRelay(int targetPort, std::chrono::milliseconds delay = 0ms) : targetPort_(targetPort), delay_(delay) {
     listenFd_ = listenOnLoopback(&port_);
     acceptor_ = std::thread([this] { acceptLoop(); });
   }
-  ~SlowHandshakeProxy() {
+  void freeze() { frozen_ = true; }
+  ~TcpRelay() {
     stopping_ = true;
     acceptor_.join();
     for (auto& t : relays_) t.join();
@@ -386,6 +388,10 @@ class SlowHandshakeProxy {
     bool open = !stopping_ && ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     char buf[16384];
     while (open && !stopping_) {
+      if (frozen_) {
+        std::this_thread::sleep_for(10ms);
+        continue;
+      }
       pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
       if (::poll(fds, 2, 50) <= 0) continue;
       for (int i = 0; i < 2 && open; ++i) {
@@ -403,6 +409,7 @@ class SlowHandshakeProxy {
   int listenFd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> frozen_{false};
   std::vector<std::thread> relays_;  // only the acceptor thread adds, and it is joined first
   std::thread acceptor_;
 };
@@ -415,7 +422,7 @@ TEST_CASE("store client: a handshake slower than a second still connects", "[sto
   // burst of 128 workers connecting to a busy store failed with "cannot connect" (store bootstrap
   // bench). Through a proxy that holds each connection for 1.5 s, the client must still connect.
   TestServer server;
-  SlowHandshakeProxy proxy(server.port, 1500ms);
+  TcpRelay proxy(server.port, 1500ms);
   StoreClientOptions o = clientOptions(server);
   o.address = proxy.address();
   o.connectTimeout = 8s;
@@ -425,6 +432,28 @@ TEST_CASE("store client: a handshake slower than a second still connects", "[sto
   CHECK(client->add("through the slow proxy", 1) == 1);
   CHECK(std::chrono::steady_clock::now() - start >= 1500ms);
   client.reset();
+}
+
+TEST_CASE("store client: a connection that dies without a word fails its calls within the keepalive", "[store]") {
+  // Between a job's bootstrap and its last barrier a worker's store connection idles for hours. If
+  // it dies silently meanwhile, the next call must fail in about two keepalives, not hang until its
+  // deadline (the store's default timeout is 5 minutes).
+  TestServer server;
+  TcpRelay relay(server.port);
+  StoreClientOptions o = clientOptions(server);
+  o.address = relay.address();
+  o.timeout = 20s;
+  o.keepalive = 500ms;
+  StoreClient client(o);
+  REQUIRE(client.add("before", 1) == 1);
+  relay.freeze();
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(client.add("after", 1), ddprun::ConnectionError);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took < 10s);  // the call's deadline is 22 s away
+  // The server is fine; a client that reaches it directly carries on.
+  StoreClient direct(clientOptions(server));
+  CHECK(direct.add("before", 1) == 2);
 }
 
 // ---- one client, one Session stream: what the stream adds to the calls above ----

@@ -28,7 +28,7 @@ namespace {
 struct SessionServer {
   explicit SessionServer(ddprun::StoreServiceOptions options = {}) : service(std::move(options)) {
     grpc::ServerBuilder builder;
-    ddprun::applyMessageLimits(builder);
+    ddprun::applyServerDefaults(builder);
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();

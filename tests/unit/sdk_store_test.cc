@@ -140,7 +140,7 @@ TEST_CASE("RemoteStore: every operation against the store service, fenced by rou
   ddprun::StoreService service(serviceOptions);
   int port = 0;
   grpc::ServerBuilder builder;
-  ddprun::applyMessageLimits(builder);
+  ddprun::applyServerDefaults(builder);
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
