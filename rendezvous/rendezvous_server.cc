@@ -73,6 +73,11 @@ class RendezvousServer::Impl {
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second server on the port must fail
     builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, clampedMs(options_.handshakeTimeout));
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
+    if (options_.keepalive.count() > 0) {
+      builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, clampedMs(options_.keepalive));
+      builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                                 clampedMs(std::min<std::chrono::milliseconds>(options_.keepalive, std::chrono::seconds(20))));
+    }
     applyServerDefaults(builder);
     builder.AddListeningPort(joinHostPort(options_.bindAddress, options_.port), grpc::InsecureServerCredentials(),
                              &port_);

@@ -20,6 +20,11 @@ struct RendezvousServerOptions {
   // A connection without a call for this long is told to go away. Agents and store clients hold
   // a stream (a call) open while they work, and reconnect on their next call otherwise.
   std::chrono::milliseconds idleTimeout{std::chrono::minutes(5)};
+  // The server pings a connection that has carried nothing for this long and closes it when no
+  // answer comes within 20 s (at most this long again): a peer host that died without a word
+  // would otherwise hold its streams, their waits and a descriptor until the daemon restarts.
+  // 0: gRPC's default (2 hours).
+  std::chrono::milliseconds keepalive{std::chrono::seconds(60)};
 };
 
 // Raises this process's soft limit on open files to its hard limit, for a process that hosts a

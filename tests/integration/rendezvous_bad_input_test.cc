@@ -279,6 +279,29 @@ TEST_CASE("security: silent connections are closed after the handshake timeout, 
   requireServesNewJob(server);
 }
 
+TEST_CASE("security: a peer that stops answering is dropped after the keepalive", "[security]") {
+  Watchdog dog(60s, "server keepalive");
+  ddprun::RendezvousServerOptions options{"127.0.0.1", 0, ""};
+  options.keepalive = 500ms;
+  options.idleTimeout = 60s;  // not what closes it here
+  TestServer server(options);
+  auto job = startRunningJob(server);
+
+  // A complete handshake, then nothing: the server's pings go unanswered and it hangs up. (A peer
+  // host that lost power looks like this, and would otherwise hold its streams for good.)
+  {
+    RawConnection c(server.port());
+    c.sendAll(kHttp2Preface + std::string("\0\0\0\4\0\0\0\0\0", 9));
+    const auto start = Clock::now();
+    CHECK(c.closedByPeerWithin(10s));
+    CHECK(Clock::now() - start >= 400ms);
+  }
+  // Live agents answer the pings (gRPC does it for them) and are undisturbed, past several keepalives.
+  std::this_thread::sleep_for(2s);
+  requireUndisturbed(*job);
+  requireServesNewJob(server);
+}
+
 TEST_CASE("security: the store checks the job token and the round", "[security]") {
   Watchdog dog(60s, "store token and round");
   TestServer server(kToken);
