@@ -71,8 +71,12 @@ class RendezvousServer::Impl {
         [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }});
     grpc::ServerBuilder builder;
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second server on the port must fail
-    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, clampedMs(options_.handshakeTimeout));
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
+    if (options_.handshakeTimeout.count() > 0) {
+      builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, clampedMs(options_.handshakeTimeout));
+    }
+    if (options_.idleTimeout.count() > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
+    }
     if (options_.keepalive.count() > 0) {
       builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, clampedMs(options_.keepalive));
       builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,

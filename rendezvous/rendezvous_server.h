@@ -14,16 +14,18 @@ struct RendezvousServerOptions {
   std::string bindAddress = "127.0.0.1";  // where to listen; "0.0.0.0" or "::" only when asked
   int port = 29400;                       // 0: any free port
   std::string token;                      // job token; empty = unauthenticated
+  // For the three below, 0 leaves gRPC's default.
   // A connection that has not finished the HTTP/2 handshake by then is closed (gRPC's default is
   // 120 s), so that silent connections cannot pile up holding file descriptors.
   std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
-  // A connection without a call for this long is told to go away. Agents and store clients hold
-  // a stream (a call) open while they work, and reconnect on their next call otherwise.
+  // A connection without a call for this long is told to go away (gRPC's default: never). Agents
+  // and store clients hold a stream (a call) open while they work, and reconnect on their next
+  // call otherwise.
   std::chrono::milliseconds idleTimeout{std::chrono::minutes(5)};
   // The server pings a connection that has carried nothing for this long and closes it when no
   // answer comes within 20 s (at most this long again): a peer host that died without a word
   // would otherwise hold its streams, their waits and a descriptor until the daemon restarts.
-  // 0: gRPC's default (2 hours).
+  // (gRPC's default: every 2 hours.)
   std::chrono::milliseconds keepalive{std::chrono::seconds(60)};
 };
 
