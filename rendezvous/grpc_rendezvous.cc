@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "rendezvous/grpc_runtime.h"
 #include "rendezvous/worker_failure_message.h"
-#include "rendezvous/grpc_util.h"
+#include "store/grpc_util.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 
 namespace ddprun {

@@ -17,9 +17,9 @@
 #include "common/strings.h"
 #include "common/unique_fd.h"
 #include "rendezvous/grpc_runtime.h"
-#include "rendezvous/grpc_util.h"
+#include "store/grpc_util.h"
 #include "rendezvous/rendezvous_service.h"
-#include "rendezvous/store_service.h"
+#include "store/store_service.h"
 
 namespace ddprun {
 namespace {

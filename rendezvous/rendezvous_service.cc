@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "rendezvous/grpc_util.h"
+#include "store/grpc_util.h"
 #include "rendezvous/state_machine.h"
 #include "rendezvous/worker_failure_message.h"
 

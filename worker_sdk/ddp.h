@@ -7,7 +7,7 @@
 #include "worker_sdk/env.h"
 #include "worker_sdk/gradient_reducer.h"
 #include "worker_sdk/heartbeat.h"
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 #include "worker_sdk/prefix_store.h"
 #include "worker_sdk/remote_store.h"
 #include "worker_sdk/staging_buffer.h"

@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 #include "worker_sdk/file_store.h"
 
 namespace ddp {

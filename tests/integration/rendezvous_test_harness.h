@@ -33,9 +33,9 @@
 #include "common/error.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
-#include "rendezvous/grpc_util.h"
+#include "store/grpc_util.h"
 #include "rendezvous/rendezvous_server.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;

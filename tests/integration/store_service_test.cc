@@ -18,9 +18,9 @@
 
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
-#include "rendezvous/grpc_util.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_service.h"
+#include "store/grpc_util.h"
+#include "store/store_client.h"
+#include "store/store_service.h"
 
 using namespace std::chrono_literals;
 using ddprun::StoreClient;

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "ddprun/v1/store.grpc.pb.h"
-#include "rendezvous/grpc_util.h"
-#include "rendezvous/store_service.h"
+#include "store/grpc_util.h"
+#include "store/store_service.h"
 
 using namespace std::chrono_literals;
 namespace v1 = ddprun::v1;

@@ -1,6 +1,6 @@
 // The gloo communicator: every collective, op and element type for world sizes 1 to 4, checked
 // against a float64 reference computed here; asynchronous handles; errors and timeouts. N ranks
-// are N threads over one InMemoryStore, talking gloo's TCP over loopback (as gloo's own tests).
+// are N threads over one InProcessStore, talking gloo's TCP over loopback (as gloo's own tests).
 // Catch2 is not thread-safe: the ranks record their results, the main thread checks them.
 #include <catch2/catch.hpp>
 
@@ -17,7 +17,7 @@
 
 #include "common/error.h"
 #include "worker_sdk/communicator.h"
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 #include "worker_sdk/source_address.h"
 #include "sdk_ranks.h"
 
@@ -289,7 +289,7 @@ TEST_CASE("gloo: bad arguments are ConfigErrors, an aborted communicator refuses
     CHECK_THROWS_WITH(comm.allReduce(std::span<float>(v)), Contains("aborted"));
     CHECK_THROWS_AS(comm.barrier(), ddprun::StateError);
   });
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   CHECK_THROWS_AS(ddp::makeCommunicator(ddp::Backend::kGloo, rankEnv(2, 2), store), ddprun::ConfigError);
   ddp::CommunicatorOptions badAddress = testOptions();
   badAddress.glooHostname = "no-such-host.invalid";
@@ -334,7 +334,7 @@ TEST_CASE("gloo: a collective a peer never joins times out, then the communicato
 }
 
 TEST_CASE("gloo: a rank that never comes fails the others' bootstrap with a TimeoutError", "[sdk][gloo]") {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{30s});
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{30s});
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kGloo, rankEnv(0, 2), store, testOptions(200ms)),
                     Contains("ddp/gloo/default/1"));
@@ -342,7 +342,7 @@ TEST_CASE("gloo: a rank that never comes fails the others' bootstrap with a Time
 }
 
 TEST_CASE("gloo: communicators with different names do not meet", "[sdk][gloo]") {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{30s});
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{30s});
   std::vector<float> results(2);
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(2);

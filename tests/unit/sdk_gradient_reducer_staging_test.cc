@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 #include "sdk_ranks.h"
 #include "worker_sdk/work_state.h"
 
@@ -175,7 +175,7 @@ void backward(ddp::GradientReducer& reducer, std::vector<std::vector<float>>& gr
 }
 
 // A world of one on the test's own thread (Catch2's assertions are not thread-safe).
-std::unique_ptr<ddp::Communicator> soloGloo(ddp::InMemoryStore& store) {
+std::unique_ptr<ddp::Communicator> soloGloo(ddp::InProcessStore& store) {
   ddp::CommunicatorOptions options;
   options.timeout = 30s;
   return ddp::makeCommunicator(ddp::Backend::kGloo, ddp::test::rankEnv(0, 1), store, options);
@@ -232,7 +232,7 @@ TEST_CASE("GradientReducer on device memory: same averages as the host path, thr
 
 TEST_CASE("GradientReducer on device memory: a gradient is copied in when marked, buckets start in order",
           "[sdk][reducer]") {
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   auto solo = soloGloo(store);
   ddp::Communicator& gloo = *solo;
   FakeDeviceCommunicator device(gloo);
@@ -288,7 +288,7 @@ TEST_CASE("GradientReducer on device memory: noSync copies and communicates noth
 }
 
 TEST_CASE("GradientReducer on device memory: copy and collective errors reach the caller", "[sdk][reducer]") {
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   auto solo = soloGloo(store);
   ddp::Communicator& gloo = *solo;
   FakeDeviceCommunicator device(gloo);
@@ -329,7 +329,7 @@ TEST_CASE("Communicator::allReduceHost stages host values on a device communicat
 }
 
 TEST_CASE("StagingBuffer: the default is host memory, and copies outside it are refused", "[sdk][reducer]") {
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   auto solo = soloGloo(store);
   ddp::Communicator& gloo = *solo;
   CHECK(gloo.memoryKind() == ddp::MemoryKind::kHost);

@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 #include "sdk_ranks.h"
 
 using namespace std::chrono_literals;

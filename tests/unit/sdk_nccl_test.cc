@@ -15,7 +15,7 @@
 #include "worker_sdk/backends.h"
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 #include "worker_sdk/unique_id_exchange.h"
 
 using Catch::Matchers::Contains;
@@ -102,7 +102,7 @@ std::vector<std::vector<float>> stagedRank(ddp::Store& store, int rank, int size
 }  // namespace
 
 TEST_CASE("unique-id exchange: rank 0 creates, every rank reads the same bytes", "[sdk]") {
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   int created = 0;
   const auto got = exchange(store, 4, [&] {
     ++created;  // rank 0 only: no race
@@ -111,7 +111,7 @@ TEST_CASE("unique-id exchange: rank 0 creates, every rank reads the same bytes",
   CHECK(created == 1);
   for (const auto& id : got) CHECK(id == std::string("id\0with-nul", 11));
 
-  ddp::InMemoryStore empty;
+  ddp::InProcessStore empty;
   CHECK_THROWS_WITH(ddp::detail::exchangeUniqueId(empty, 1, "unique_id", 50ms, [] { return std::string("x"); }),
                     Contains("unique_id"));
 }
@@ -119,23 +119,23 @@ TEST_CASE("unique-id exchange: rank 0 creates, every rank reads the same bytes",
 TEST_CASE("nccl: ncclUniqueId exchange through the store without a GPU", "[sdk][nccl]") {
   if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) {
     // A build without CUDA/NCCL: the backend says so clearly instead.
-    ddp::InMemoryStore store;
+    ddp::InProcessStore store;
     CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store),
                       Contains("nccl") && Contains("without CUDA and NCCL"));
     return;
   }
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   const auto got = exchange(store, 4, ddp::detail::newNcclUniqueId);
   REQUIRE(got[0].size() == 128);  // NCCL_UNIQUE_ID_BYTES
   for (const auto& id : got) CHECK(id == got[0]);
   // A second round (a fresh store scope) gets a fresh id.
-  ddp::InMemoryStore nextRound;
+  ddp::InProcessStore nextRound;
   CHECK(exchange(nextRound, 2, ddp::detail::newNcclUniqueId)[1] != got[0]);
 }
 
 TEST_CASE("nccl: a communicator on the device runs collectives and aborts cleanly", "[sdk][nccl]") {
   if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) return;  // covered by the test above
-  ddp::InMemoryStore store;
+  ddp::InProcessStore store;
   if (ddp::detail::cudaDeviceCount() == 0) {
     CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store),
                       Contains("no CUDA device"));
@@ -175,7 +175,7 @@ TEST_CASE("nccl: GradientReducer stages host gradients through device memory", "
     return;
   }
   const int size = std::min(devices, 2);  // two ranks, one device each, when there are two
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{60s});
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{60s});
   std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(size));
   std::vector<std::string> errors(static_cast<std::size_t>(size));
   std::vector<std::thread> threads;

@@ -1,5 +1,5 @@
 // N ranks as N threads, as gloo's own tests run them: each rank gets the environment of rank r of
-// `size` on one node and, for runGlooRanks, its own gloo communicator over one InMemoryStore and
+// `size` on one node and, for runGlooRanks, its own gloo communicator over one InProcessStore and
 // loopback TCP. Catch2 is not thread-safe: bodies record results, the test thread checks them.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/env.h"
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 
 namespace ddp::test {
 
@@ -36,7 +36,7 @@ inline CommunicatorOptions testOptions(std::chrono::milliseconds timeout = std::
 // first rank's error after every thread ended.
 template <typename Body>
 void runGlooRanks(int size, Body body, const CommunicatorOptions& options = testOptions()) {
-  InMemoryStore store(InMemoryStoreOptions{std::chrono::seconds(30)});
+  InProcessStore store(InProcessStoreOptions{std::chrono::seconds(30)});
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {

@@ -1,4 +1,4 @@
-// The worker SDK's stores: InMemoryStore (N ranks as N threads), PrefixStore, and RemoteStore
+// The worker SDK's stores: InProcessStore (N ranks as N threads), PrefixStore, and RemoteStore
 // against a real store service in this process on loopback, scoped by run id and round.
 #include <catch2/catch.hpp>
 #include <grpcpp/grpcpp.h>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/error.h"
-#include "rendezvous/grpc_util.h"
-#include "rendezvous/store_service.h"
-#include "worker_sdk/in_memory_store.h"
+#include "store/grpc_util.h"
+#include "store/store_service.h"
+#include "worker_sdk/in_process_store.h"
 #include "worker_sdk/prefix_store.h"
 #include "worker_sdk/remote_store.h"
 
@@ -70,20 +70,20 @@ void checkStoreSemantics(ddp::Store& store) {
 
 }  // namespace
 
-TEST_CASE("InMemoryStore: every operation", "[sdk]") {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{5s});
+TEST_CASE("InProcessStore: every operation", "[sdk]") {
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{5s});
   checkStoreSemantics(store);
 }
 
-TEST_CASE("InMemoryStore: get waits up to its timeout and names the key", "[sdk]") {
-  ddp::InMemoryStore store(ddp::InMemoryStoreOptions{100ms});
+TEST_CASE("InProcessStore: get waits up to its timeout and names the key", "[sdk]") {
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{100ms});
   CHECK(store.timeout() == 100ms);
   CHECK_THROWS_WITH(store.get("missing"), Contains("'missing'") && Contains("100 ms"));
   store.wait({});  // nothing to wait for
 }
 
-TEST_CASE("InMemoryStore: N ranks as N threads count to N", "[sdk]") {
-  ddp::InMemoryStore store;
+TEST_CASE("InProcessStore: N ranks as N threads count to N", "[sdk]") {
+  ddp::InProcessStore store;
   constexpr int kRanks = 8;
   std::vector<std::thread> ranks;
   for (int r = 0; r < kRanks; ++r) {
@@ -100,7 +100,7 @@ TEST_CASE("InMemoryStore: N ranks as N threads count to N", "[sdk]") {
 }
 
 TEST_CASE("PrefixStore keeps its keys apart", "[sdk]") {
-  ddp::InMemoryStore base(ddp::InMemoryStoreOptions{5s});
+  ddp::InProcessStore base(ddp::InProcessStoreOptions{5s});
   ddp::PrefixStore a("a/", base);
   ddp::PrefixStore b("b/", base);
   a.set("x", "1");

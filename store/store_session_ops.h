@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "ddprun/v1/store.pb.h"
-#include "rendezvous/memory_store.h"
-#include "rendezvous/store_service.h"
+#include "store/run_scoped_store.h"
+#include "store/store_service.h"
 
 namespace ddprun::detail {
 
@@ -26,14 +26,14 @@ grpc::Status roundStatus(const StoreServiceOptions& options, const v1::Scope& sc
 
 // Why a wait ended without its keys: the store closed, a stale round, or its timeout; nullopt
 // when the keys exist after all (they arrived just as the deadline passed).
-std::optional<grpc::Status> waitFailure(const MemoryStore& store, const StoreServiceOptions& options,
+std::optional<grpc::Status> waitFailure(const RunScopedStore& store, const StoreServiceOptions& options,
                                         const StoreScope& scope, const std::vector<std::string>& keys,
                                         uint32_t timeoutMs);
 
 // Runs a request that never waits (set, add, compare_set, check, delete_key, num_keys) and fills
 // its result into `response`. Takes the values out of `request`, which the caller reuses. Throws
 // what the store throws; a stale round is a status, as is a request that is no such operation.
-grpc::Status runQuickOp(MemoryStore& store, const StoreServiceOptions& options,
+grpc::Status runQuickOp(RunScopedStore& store, const StoreServiceOptions& options,
                         v1::StoreRequest& request, v1::StoreResponse& response);
 
 // Sets the response's status from `status` (nothing for OK: the default is OK on the wire).

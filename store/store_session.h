@@ -2,7 +2,7 @@
 // operations, so that each costs one message each way instead of a whole unary call.
 //
 // Requests are read one at a time. Quick operations run inline in OnReadDone; a Get or Wait that
-// must wait registers the MemoryStore's asynchronous wait (never blocking a gRPC thread) and
+// must wait registers the RunScopedStore's asynchronous wait (never blocking a gRPC thread) and
 // answers from its callback, from the service's timer at its timeout, or not at all when the
 // session ends first. Responses carry the request's id and may go out of order; one write is in
 // flight at a time, the rest queue. Reading pauses while the queue is long, so that a client that
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "ddprun/v1/store.pb.h"
-#include "rendezvous/memory_store.h"
+#include "store/run_scoped_store.h"
 
 namespace ddprun {
 
@@ -57,8 +57,8 @@ class StoreSession final : public grpc::ServerBidiReactor<v1::StoreRequest, v1::
     StoreScope scope;
     std::vector<std::string> keys;
     uint32_t timeoutMs = 0;
-    MemoryStore::TimePoint deadline;
-    std::optional<MemoryStore::WaitId> waitId;  // unset until waitAsync returned
+    RunScopedStore::TimePoint deadline;
+    std::optional<RunScopedStore::WaitId> waitId;  // unset until waitAsync returned
   };
 
   void handle(v1::StoreRequest& request);
@@ -76,7 +76,7 @@ class StoreSession final : public grpc::ServerBidiReactor<v1::StoreRequest, v1::
   void finishLocked(const grpc::Status& status);
   void finishIfIdleLocked();
   // Takes every armed wait out of pending_, for the caller to cancel after unlocking.
-  std::vector<MemoryStore::WaitId> takeArmedLocked();
+  std::vector<RunScopedStore::WaitId> takeArmedLocked();
   bool queueFullLocked() const;
 
   StoreService& service_;

@@ -1,4 +1,4 @@
-#include "rendezvous/store_service.h"
+#include "store/store_service.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,9 +8,9 @@
 #include <new>
 
 #include "common/error.h"
-#include "rendezvous/grpc_util.h"
-#include "rendezvous/store_session.h"
-#include "rendezvous/store_session_ops.h"
+#include "store/grpc_util.h"
+#include "store/store_session.h"
+#include "store/store_session_ops.h"
 
 namespace ddprun {
 
@@ -30,12 +30,12 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
   };
 
   WaitCall(StoreService& s, StoreScope sc, std::vector<std::string> k, uint32_t t,
-           MemoryStore::TimePoint d, OnSatisfied f)
+           RunScopedStore::TimePoint d, OnSatisfied f)
       : service(s), scope(std::move(sc)), keys(std::move(k)), timeoutMs(t), deadline(d),
         onSatisfied(std::move(f)) {}
 
   void start() {
-    std::optional<MemoryStore::WaitId> id;
+    std::optional<RunScopedStore::WaitId> id;
     try {
       id = service.store_.waitAsync(scope, keys, deadline,
                                     [self = shared_from_this()](bool ok) { self->waitDone(ok); });
@@ -63,7 +63,7 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
 
   // From OnCancel: the client gave up, its deadline passed, or the server shuts down.
   void cancel() {
-    std::optional<MemoryStore::WaitId> id;
+    std::optional<RunScopedStore::WaitId> id;
     {
       std::lock_guard lock(mutex);
       cancelled = true;
@@ -73,7 +73,7 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
     cancelWait(*id);
   }
 
-  void cancelWait(MemoryStore::WaitId id) {
+  void cancelWait(RunScopedStore::WaitId id) {
     // False: the callback runs or ran, and it finishes the call.
     if (service.store_.cancelWait(id)) finish({grpc::StatusCode::CANCELLED, "store call cancelled"});
   }
@@ -108,15 +108,15 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
   const StoreScope scope;
   const std::vector<std::string> keys;
   const uint32_t timeoutMs;
-  const MemoryStore::TimePoint deadline;
+  const RunScopedStore::TimePoint deadline;
   const OnSatisfied onSatisfied;
   std::mutex mutex;
-  std::optional<MemoryStore::WaitId> waitId;
+  std::optional<RunScopedStore::WaitId> waitId;
   bool cancelled = false;
   bool finished = false;
 };
 
-StoreService::StoreService(StoreServiceOptions options, MemoryStoreOptions storeOptions)
+StoreService::StoreService(StoreServiceOptions options, RunScopedStoreOptions storeOptions)
     : options_(std::move(options)), store_(storeOptions), timer_([this] { timerLoop(); }) {}
 
 StoreService::~StoreService() { shutdown(); }
@@ -215,11 +215,11 @@ grpc::ServerUnaryReactor* StoreService::blocking(grpc::CallbackServerContext* co
     return reactor;
   }
   // The wait ends at its own timeout or the client's deadline, whichever comes first.
-  const auto now = MemoryStore::Clock::now();
+  const auto now = RunScopedStore::Clock::now();
   auto deadline = now + std::chrono::milliseconds(timeoutMs);
   const auto clientLeft = context->deadline() - std::chrono::system_clock::now();
   if (clientLeft < deadline - now) {
-    deadline = now + std::chrono::duration_cast<MemoryStore::Clock::duration>(
+    deadline = now + std::chrono::duration_cast<RunScopedStore::Clock::duration>(
                          std::max(clientLeft, decltype(clientLeft)::zero()));
   }
   auto call = std::make_shared<WaitCall>(*this, toScope(scope), std::move(keys), timeoutMs, deadline,
@@ -231,13 +231,13 @@ grpc::ServerUnaryReactor* StoreService::blocking(grpc::CallbackServerContext* co
   return reactor;
 }
 
-void StoreService::wakeTimer(MemoryStore::TimePoint deadline) {
+void StoreService::wakeTimer(RunScopedStore::TimePoint deadline) {
   {
     std::lock_guard lock(timerMutex_);
     // The timer wakes by then anyway and sees this deadline: no need to wake it now (a store
     // answering thousands of waits a second would otherwise switch to the timer for each).
     // min(): the timer is reading the next deadline and may have missed this one.
-    if (timerTarget_ != MemoryStore::TimePoint::min() && deadline >= timerTarget_) return;
+    if (timerTarget_ != RunScopedStore::TimePoint::min() && deadline >= timerTarget_) return;
     ++timerGeneration_;
   }
   timerCv_.notify_all();
@@ -249,12 +249,12 @@ void StoreService::timerLoop() {
     // Read the generation before the deadline, with the target at its minimum: a wait added in
     // between bumps the generation, so it is never missed.
     const uint64_t seen = timerGeneration_;
-    timerTarget_ = MemoryStore::TimePoint::min();
+    timerTarget_ = RunScopedStore::TimePoint::min();
     lock.unlock();
     const auto next = store_.nextDeadline();
     lock.lock();
     const auto woken = [&] { return stopping_ || timerGeneration_ != seen; };
-    timerTarget_ = next.value_or(MemoryStore::TimePoint::max());
+    timerTarget_ = next.value_or(RunScopedStore::TimePoint::max());
     if (next) {
       timerCv_.wait_until(lock, *next, woken);
     } else {
@@ -262,7 +262,7 @@ void StoreService::timerLoop() {
     }
     if (stopping_) break;
     lock.unlock();
-    store_.expire(MemoryStore::Clock::now());
+    store_.expire(RunScopedStore::Clock::now());
     lock.lock();
   }
 }

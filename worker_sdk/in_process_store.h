@@ -12,15 +12,15 @@
 
 namespace ddp {
 
-struct InMemoryStoreOptions {
+struct InProcessStoreOptions {
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;
 };
 
-class InMemoryStore final : public Store {
+class InProcessStore final : public Store {
  public:
-  explicit InMemoryStore(InMemoryStoreOptions options = {});
-  InMemoryStore(const InMemoryStore&) = delete;
-  InMemoryStore& operator=(const InMemoryStore&) = delete;
+  explicit InProcessStore(InProcessStoreOptions options = {});
+  InProcessStore(const InProcessStore&) = delete;
+  InProcessStore& operator=(const InProcessStore&) = delete;
 
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key) override;
@@ -39,7 +39,7 @@ class InMemoryStore final : public Store {
   void waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                   std::chrono::milliseconds timeout);
 
-  const InMemoryStoreOptions options_;
+  const InProcessStoreOptions options_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::unordered_map<std::string, std::string> values_;

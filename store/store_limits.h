@@ -1,4 +1,4 @@
-// Limits of the workers' key-value store, shared by the server (MemoryStore) and the client, which
+// Limits of the workers' key-value store, shared by the server (RunScopedStore) and the client, which
 // rejects bad keys and values before sending them. Header-only on purpose: the store client
 // library (what the worker SDK links) must not need the server's code.
 #pragma once

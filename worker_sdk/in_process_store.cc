@@ -1,4 +1,4 @@
-#include "worker_sdk/in_memory_store.h"
+#include "worker_sdk/in_process_store.h"
 
 #include <algorithm>
 #include <limits>
@@ -24,9 +24,9 @@ std::string quoted(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-InMemoryStore::InMemoryStore(InMemoryStoreOptions options) : options_(options) {}
+InProcessStore::InProcessStore(InProcessStoreOptions options) : options_(options) {}
 
-void InMemoryStore::set(const std::string& key, const std::string& value) {
+void InProcessStore::set(const std::string& key, const std::string& value) {
   validateKey(key);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -35,14 +35,14 @@ void InMemoryStore::set(const std::string& key, const std::string& value) {
   changed_.notify_all();
 }
 
-std::string InMemoryStore::get(const std::string& key) {
+std::string InProcessStore::get(const std::string& key) {
   validateKey(key);
   std::unique_lock<std::mutex> lock(mutex_);
   waitLocked(lock, {key}, options_.timeout);
   return values_.at(key);
 }
 
-int64_t InMemoryStore::add(const std::string& key, int64_t delta) {
+int64_t InProcessStore::add(const std::string& key, int64_t delta) {
   validateKey(key);
   int64_t result = 0;
   {
@@ -64,7 +64,7 @@ int64_t InMemoryStore::add(const std::string& key, int64_t delta) {
   return result;
 }
 
-std::string InMemoryStore::compareSet(const std::string& key, const std::string& expected,
+std::string InProcessStore::compareSet(const std::string& key, const std::string& expected,
                                       const std::string& desired) {
   validateKey(key);
   std::string result;
@@ -85,13 +85,13 @@ std::string InMemoryStore::compareSet(const std::string& key, const std::string&
   return result;
 }
 
-void InMemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+void InProcessStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   for (const auto& key : keys) validateKey(key);
   std::unique_lock<std::mutex> lock(mutex_);
   waitLocked(lock, keys, timeout);
 }
 
-bool InMemoryStore::check(const std::vector<std::string>& keys) {
+bool InProcessStore::check(const std::vector<std::string>& keys) {
   for (const auto& key : keys) validateKey(key);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& key : keys) {
@@ -100,18 +100,18 @@ bool InMemoryStore::check(const std::vector<std::string>& keys) {
   return true;
 }
 
-bool InMemoryStore::deleteKey(const std::string& key) {
+bool InProcessStore::deleteKey(const std::string& key) {
   validateKey(key);
   std::lock_guard<std::mutex> lock(mutex_);
   return values_.erase(key) != 0;
 }
 
-int64_t InMemoryStore::numKeys() {
+int64_t InProcessStore::numKeys() {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(values_.size());
 }
 
-void InMemoryStore::waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+void InProcessStore::waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                                std::chrono::milliseconds timeout) {
   auto allPresent = [&] {
     for (const auto& key : keys) {

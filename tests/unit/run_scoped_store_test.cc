@@ -1,4 +1,4 @@
-// MemoryStore: every operation, scoping by run and round, and asynchronous waits driven by a
+// RunScopedStore: every operation, scoping by run and round, and asynchronous waits driven by a
 // fake time (plain time points handed to expire()); N threads stand in for N workers.
 #include <catch2/catch.hpp>
 
@@ -10,22 +10,22 @@
 #include <vector>
 
 #include "common/error.h"
-#include "rendezvous/memory_store.h"
+#include "store/run_scoped_store.h"
 
-using ddprun::MemoryStore;
+using ddprun::RunScopedStore;
 using ddprun::StoreScope;
 using namespace std::chrono_literals;
 
 namespace {
 
 // A fake time: an arbitrary origin on the store's clock, never compared with the real now().
-const MemoryStore::TimePoint kT0{};
+const RunScopedStore::TimePoint kT0{};
 
 // Records how a wait ended and how many times it was called back.
 struct WaitProbe {
   std::atomic<int> calls{0};
   std::atomic<bool> satisfied{false};
-  MemoryStore::WaitCallback callback() {
+  RunScopedStore::WaitCallback callback() {
     return [this](bool ok) {
       satisfied = ok;
       ++calls;
@@ -36,7 +36,7 @@ struct WaitProbe {
 }  // namespace
 
 TEST_CASE("set, get, check, deleteKey and numKeys", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 1};
   CHECK_FALSE(store.get(s, "a").has_value());
   store.set(s, "a", std::string("x\0y", 3));
@@ -55,7 +55,7 @@ TEST_CASE("set, get, check, deleteKey and numKeys", "[store]") {
 }
 
 TEST_CASE("keys are scoped by run id and round", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   store.set({"job", 1}, "nccl_id", "old");
   CHECK_FALSE(store.get({"job", 2}, "nccl_id").has_value());
   CHECK_FALSE(store.get({"other", 1}, "nccl_id").has_value());
@@ -72,7 +72,7 @@ TEST_CASE("keys are scoped by run id and round", "[store]") {
 }
 
 TEST_CASE("add keeps a decimal counter and rejects other values", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   CHECK(store.add(s, "n", 5) == 5);
   CHECK(store.add(s, "n", -7) == -2);
@@ -90,7 +90,7 @@ TEST_CASE("add keeps a decimal counter and rejects other values", "[store]") {
 }
 
 TEST_CASE("compareSet follows c10d", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   // Missing key: only an empty expected sets it.
   CHECK(store.compareSet(s, "k", "something", "v1") == "");
@@ -103,14 +103,14 @@ TEST_CASE("compareSet follows c10d", "[store]") {
 }
 
 TEST_CASE("limits on keys, values and run ids", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   CHECK_THROWS_AS(store.set(s, "", "v"), ddprun::ConfigError);
-  CHECK_THROWS_AS(store.get(s, std::string(MemoryStore::kMaxKeyBytes + 1, 'k')), ddprun::ConfigError);
-  store.set(s, std::string(MemoryStore::kMaxKeyBytes, 'k'), "v");  // exactly the limit is fine
-  CHECK_THROWS_AS(store.set(s, "big", std::string(MemoryStore::kMaxValueBytes + 1, 'v')),
+  CHECK_THROWS_AS(store.get(s, std::string(RunScopedStore::kMaxKeyBytes + 1, 'k')), ddprun::ConfigError);
+  store.set(s, std::string(RunScopedStore::kMaxKeyBytes, 'k'), "v");  // exactly the limit is fine
+  CHECK_THROWS_AS(store.set(s, "big", std::string(RunScopedStore::kMaxValueBytes + 1, 'v')),
                   ddprun::ConfigError);
-  CHECK_THROWS_AS(store.numKeys({std::string(MemoryStore::kMaxKeyBytes + 1, 'r'), 0}),
+  CHECK_THROWS_AS(store.numKeys({std::string(RunScopedStore::kMaxKeyBytes + 1, 'r'), 0}),
                   ddprun::ConfigError);
   CHECK_THROWS_AS(store.check(s, {"ok", ""}), ddprun::ConfigError);
 }
@@ -123,7 +123,7 @@ TEST_CASE("quoteKeys bounds the keys an error message names", "[store]") {
 }
 
 TEST_CASE("waitAsync is satisfied at once when the keys exist", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   store.set(s, "a", "1");
   WaitProbe probe;
@@ -141,7 +141,7 @@ TEST_CASE("waitAsync is satisfied at once when the keys exist", "[store]") {
 }
 
 TEST_CASE("waitAsync is satisfied by another thread's set, once", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   WaitProbe probe;
   REQUIRE(store.waitAsync(s, {"a", "b"}, kT0 + 10s, probe.callback()).has_value());
@@ -159,7 +159,7 @@ TEST_CASE("waitAsync is satisfied by another thread's set, once", "[store]") {
 }
 
 TEST_CASE("a key deleted before the last one arrives keeps the wait pending", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   WaitProbe probe;
   store.waitAsync(s, {"a", "b"}, kT0 + 10s, probe.callback());
@@ -173,7 +173,7 @@ TEST_CASE("a key deleted before the last one arrives keeps the wait pending", "[
 }
 
 TEST_CASE("expire(now) fails waits whose deadline passed, in deadline order", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   WaitProbe early, late;
   store.waitAsync(s, {"x"}, kT0 + 2s, late.callback());
@@ -195,7 +195,7 @@ TEST_CASE("expire(now) fails waits whose deadline passed, in deadline order", "[
 }
 
 TEST_CASE("cancelWait forgets a wait without calling it", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   WaitProbe probe;
   auto id = store.waitAsync(s, {"x"}, kT0 + 1s, probe.callback());
@@ -208,7 +208,7 @@ TEST_CASE("cancelWait forgets a wait without calling it", "[store]") {
 }
 
 TEST_CASE("dropping a round, a run or the store fails its waits", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   WaitProbe old, current, otherRun;
   store.waitAsync({"job", 1}, {"x"}, kT0 + 1h, old.callback());
   store.waitAsync({"job", 2}, {"x"}, kT0 + 1h, current.callback());
@@ -230,7 +230,7 @@ TEST_CASE("dropping a round, a run or the store fails its waits", "[store]") {
 
 TEST_CASE("a callback may call back into the store", "[store]") {
   // The store's lock is not held while callbacks run; this would deadlock otherwise.
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   std::optional<std::string> seen;
   store.waitAsync(s, {"k"}, kT0 + 1s, [&](bool) {
@@ -243,7 +243,7 @@ TEST_CASE("a callback may call back into the store", "[store]") {
 }
 
 TEST_CASE("pending waits per run are bounded", "[store]") {
-  MemoryStore store(ddprun::MemoryStoreOptions{.maxWaitersPerRun = 2});
+  RunScopedStore store(ddprun::RunScopedStoreOptions{.maxWaitersPerRun = 2});
   WaitProbe a, b, c, d;
   CHECK(store.waitAsync({"job", 0}, {"x"}, kT0 + 1s, a.callback()).has_value());
   CHECK(store.waitAsync({"job", 1}, {"x"}, kT0 + 1s, b.callback()).has_value());
@@ -259,7 +259,7 @@ TEST_CASE("pending waits per run are bounded", "[store]") {
 }
 
 TEST_CASE("threads hammering add give the exact total", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   constexpr int kThreads = 8;
   constexpr int kAdds = 2000;
@@ -279,7 +279,7 @@ TEST_CASE("threads hammering add give the exact total", "[store]") {
 }
 
 TEST_CASE("each of many concurrent waits is called back exactly once", "[store]") {
-  MemoryStore store;
+  RunScopedStore store;
   const StoreScope s{"job", 0};
   constexpr int kWaiters = 200;
   std::vector<WaitProbe> probes(kWaiters);

@@ -1,4 +1,4 @@
-#include "rendezvous/store_session_ops.h"
+#include "store/store_session_ops.h"
 
 #include <exception>
 #include <new>
@@ -38,7 +38,7 @@ grpc::Status roundStatus(const StoreServiceOptions& options, const v1::Scope& sc
   return grpc::Status::OK;
 }
 
-std::optional<grpc::Status> waitFailure(const MemoryStore& store, const StoreServiceOptions& options,
+std::optional<grpc::Status> waitFailure(const RunScopedStore& store, const StoreServiceOptions& options,
                                         const StoreScope& scope, const std::vector<std::string>& keys,
                                         uint32_t timeoutMs) {
   if (store.closed()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is closed");
@@ -55,7 +55,7 @@ std::optional<grpc::Status> waitFailure(const MemoryStore& store, const StoreSer
                           std::to_string(scope.round));
 }
 
-grpc::Status runQuickOp(MemoryStore& store, const StoreServiceOptions& options,
+grpc::Status runQuickOp(RunScopedStore& store, const StoreServiceOptions& options,
                         v1::StoreRequest& request, v1::StoreResponse& response) {
   // Each case checks the round of its own scope first, as the unary calls do.
   switch (request.op_case()) {

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/store_limits.h"
+#include "store/store_limits.h"
 
 namespace ddprun {
 
@@ -32,12 +32,12 @@ struct StoreScope {
   uint64_t round = 0;
 };
 
-struct MemoryStoreOptions {
+struct RunScopedStoreOptions {
   // Pending waiters one run may hold; a runaway job must not exhaust the server's memory.
   std::size_t maxWaitersPerRun = 65536;
 };
 
-class MemoryStore {
+class RunScopedStore {
  public:
   using Clock = std::chrono::steady_clock;
   using TimePoint = Clock::time_point;
@@ -49,9 +49,9 @@ class MemoryStore {
   static constexpr std::size_t kMaxKeyBytes = kMaxStoreKeyBytes;
   static constexpr std::size_t kMaxValueBytes = kMaxStoreValueBytes;
 
-  explicit MemoryStore(MemoryStoreOptions options = {});
-  MemoryStore(const MemoryStore&) = delete;
-  MemoryStore& operator=(const MemoryStore&) = delete;
+  explicit RunScopedStore(RunScopedStoreOptions options = {});
+  RunScopedStore(const RunScopedStore&) = delete;
+  RunScopedStore& operator=(const RunScopedStore&) = delete;
 
   // Every operation throws ConfigError for an empty or oversized key, an oversized run id or
   // value, and ClosedError once close() was called.
@@ -126,7 +126,7 @@ class MemoryStore {
   void failWaitersOf(const Round& round, Completions& out);
   static void runCompletions(Completions& completions);
 
-  const MemoryStoreOptions options_;
+  const RunScopedStoreOptions options_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, Run> runs_;
   std::unordered_map<WaitId, Waiter> waiters_;

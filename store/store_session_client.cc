@@ -1,4 +1,4 @@
-#include "rendezvous/store_session_client.h"
+#include "store/store_session_client.h"
 
 #include <algorithm>
 #include <random>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "rendezvous/grpc_util.h"
+#include "store/grpc_util.h"
 
 namespace ddprun::detail {
 

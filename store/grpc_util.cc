@@ -1,4 +1,4 @@
-#include "rendezvous/grpc_util.h"
+#include "store/grpc_util.h"
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>

@@ -1,10 +1,10 @@
-#include "rendezvous/store_session.h"
+#include "store/store_session.h"
 
 #include <chrono>
 #include <utility>
 
-#include "rendezvous/store_service.h"
-#include "rendezvous/store_session_ops.h"
+#include "store/store_service.h"
+#include "store/store_session_ops.h"
 
 namespace ddprun {
 
@@ -31,7 +31,7 @@ StoreSession* StoreSession::start(std::shared_ptr<StoreSession> session, const g
 }
 
 void StoreSession::end(const grpc::Status& status) {
-  std::vector<MemoryStore::WaitId> armed;
+  std::vector<RunScopedStore::WaitId> armed;
   {
     std::lock_guard lock(mutex_);
     if (ending_) return;
@@ -60,7 +60,7 @@ void StoreSession::OnReadDone(bool ok) {
 }
 
 void StoreSession::OnWriteDone(bool ok) {
-  std::vector<MemoryStore::WaitId> armed;
+  std::vector<RunScopedStore::WaitId> armed;
   {
     std::lock_guard lock(mutex_);
     queuedBytes_ -= queue_.front().ByteSizeLong();
@@ -87,7 +87,7 @@ void StoreSession::OnWriteDone(bool ok) {
 void StoreSession::OnCancel() { end({grpc::StatusCode::CANCELLED, "store session cancelled"}); }
 
 void StoreSession::OnDone() {
-  std::vector<MemoryStore::WaitId> armed;
+  std::vector<RunScopedStore::WaitId> armed;
   {
     std::lock_guard lock(mutex_);
     ending_ = true;
@@ -140,7 +140,7 @@ void StoreSession::handleBlocking(v1::StoreRequest& request) {
       // The common case first: the keys exist, and no wait is registered at all.
       if (!fillSatisfied(wait, response)) {
         if (wait.timeoutMs > 0) {
-          wait.deadline = MemoryStore::Clock::now() + std::chrono::milliseconds(wait.timeoutMs);
+          wait.deadline = RunScopedStore::Clock::now() + std::chrono::milliseconds(wait.timeoutMs);
           addPending(std::move(wait));
           return;
         }
@@ -194,7 +194,7 @@ void StoreSession::addPending(PendingWait wait) {
                  std::to_string(service_.options_.maxPendingPerSession) + ")"});
     return;
   }
-  std::optional<MemoryStore::WaitId> id;
+  std::optional<RunScopedStore::WaitId> id;
   grpc::Status failure;
   try {
     // The callback may run inside this call (the keys arrived meanwhile) or on any thread.
@@ -307,8 +307,8 @@ void StoreSession::finishIfIdleLocked() {
   }
 }
 
-std::vector<MemoryStore::WaitId> StoreSession::takeArmedLocked() {
-  std::vector<MemoryStore::WaitId> armed;
+std::vector<RunScopedStore::WaitId> StoreSession::takeArmedLocked() {
+  std::vector<RunScopedStore::WaitId> armed;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.waitId) {
       armed.push_back(*it->second.waitId);

@@ -1,4 +1,4 @@
-// The Store gRPC service: the workers' key-value store, served from a MemoryStore. Get and Wait
+// The Store gRPC service: the workers' key-value store, served from a RunScopedStore. Get and Wait
 // never block a gRPC thread: they register an asynchronous wait and finish their reactor from
 // its callback, from client cancellation, or from the service's timer thread at their deadline.
 // Session streams (store_session.h) carry the same operations, many per stream.
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ddprun/v1/store.grpc.pb.h"
-#include "rendezvous/memory_store.h"
+#include "store/run_scoped_store.h"
 
 namespace ddprun {
 
@@ -39,13 +39,13 @@ class StoreSession;
 
 class StoreService final : public v1::Store::CallbackService {
  public:
-  explicit StoreService(StoreServiceOptions options, MemoryStoreOptions storeOptions = {});
+  explicit StoreService(StoreServiceOptions options, RunScopedStoreOptions storeOptions = {});
   ~StoreService() override;
   StoreService(const StoreService&) = delete;
   StoreService& operator=(const StoreService&) = delete;
 
   // The store behind the service, for its owner: drop rounds that are over, runs that ended.
-  MemoryStore& store() { return store_; }
+  RunScopedStore& store() { return store_; }
 
   // Fails pending Get/Wait calls and every later call with UNAVAILABLE, ends every Session stream
   // (UNAVAILABLE), and stops the timer thread. Idempotent; the destructor calls it.
@@ -96,18 +96,18 @@ class StoreService final : public v1::Store::CallbackService {
                                      std::vector<std::string> keys, uint32_t timeoutMs,
                                      OnSatisfied onSatisfied);
   // Tells the timer thread of a new wait's deadline; wakes it only when it would sleep past it.
-  void wakeTimer(MemoryStore::TimePoint deadline);
+  void wakeTimer(RunScopedStore::TimePoint deadline);
   void timerLoop();
   void removeSession(StoreSession* session);
 
   const StoreServiceOptions options_;
-  MemoryStore store_;
+  RunScopedStore store_;
   std::mutex timerMutex_;
   std::condition_variable timerCv_;
   uint64_t timerGeneration_ = 0;  // bumped by a wait due before timerTarget_
   // When the timer thread wakes next; min() while it reads the store's next deadline, so that
   // every wait added meanwhile wakes it.
-  MemoryStore::TimePoint timerTarget_ = MemoryStore::TimePoint::min();
+  RunScopedStore::TimePoint timerTarget_ = RunScopedStore::TimePoint::min();
   bool stopping_ = false;
   std::thread timer_;
   std::mutex sessionsMutex_;

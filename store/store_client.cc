@@ -1,4 +1,4 @@
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -7,9 +7,9 @@
 
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
-#include "rendezvous/grpc_util.h"
-#include "rendezvous/store_limits.h"
-#include "rendezvous/store_session_client.h"
+#include "store/grpc_util.h"
+#include "store/store_limits.h"
+#include "store/store_session_client.h"
 
 namespace ddprun {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/memory_store.h"
+#include "store/run_scoped_store.h"
 
 #include <spdlog/spdlog.h>
 
@@ -16,9 +16,9 @@ std::string describe(const StoreScope& scope, const std::string& key) {
 }
 
 void validateScope(const StoreScope& scope) {
-  if (scope.runId.size() > MemoryStore::kMaxKeyBytes) {
+  if (scope.runId.size() > RunScopedStore::kMaxKeyBytes) {
     throw ConfigError("store run id is " + std::to_string(scope.runId.size()) + " bytes, more than " +
-                      std::to_string(MemoryStore::kMaxKeyBytes));
+                      std::to_string(RunScopedStore::kMaxKeyBytes));
   }
 }
 
@@ -37,9 +37,9 @@ std::optional<int64_t> parseCounter(const std::string& text) {
 
 }  // namespace
 
-MemoryStore::MemoryStore(MemoryStoreOptions options) : options_(options) {}
+RunScopedStore::RunScopedStore(RunScopedStoreOptions options) : options_(options) {}
 
-void MemoryStore::set(const StoreScope& scope, const std::string& key, std::string value) {
+void RunScopedStore::set(const StoreScope& scope, const std::string& key, std::string value) {
   validateScope(scope);
   validateStoreKey(key);
   validateStoreValue(key, value);
@@ -54,7 +54,7 @@ void MemoryStore::set(const StoreScope& scope, const std::string& key, std::stri
   runCompletions(done);
 }
 
-std::optional<std::string> MemoryStore::get(const StoreScope& scope, const std::string& key) const {
+std::optional<std::string> RunScopedStore::get(const StoreScope& scope, const std::string& key) const {
   validateScope(scope);
   validateStoreKey(key);
   std::lock_guard lock(mutex_);
@@ -66,7 +66,7 @@ std::optional<std::string> MemoryStore::get(const StoreScope& scope, const std::
   return it->second;
 }
 
-int64_t MemoryStore::add(const StoreScope& scope, const std::string& key, int64_t delta) {
+int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int64_t delta) {
   validateScope(scope);
   validateStoreKey(key);
   Completions done;
@@ -93,7 +93,7 @@ int64_t MemoryStore::add(const StoreScope& scope, const std::string& key, int64_
   return result;
 }
 
-std::string MemoryStore::compareSet(const StoreScope& scope, const std::string& key,
+std::string RunScopedStore::compareSet(const StoreScope& scope, const std::string& key,
                                     const std::string& expected, std::string desired) {
   validateScope(scope);
   validateStoreKey(key);
@@ -121,11 +121,11 @@ std::string MemoryStore::compareSet(const StoreScope& scope, const std::string& 
   return result;
 }
 
-bool MemoryStore::check(const StoreScope& scope, const std::vector<std::string>& keys) const {
+bool RunScopedStore::check(const StoreScope& scope, const std::vector<std::string>& keys) const {
   return missing(scope, keys).empty();
 }
 
-std::vector<std::string> MemoryStore::missing(const StoreScope& scope,
+std::vector<std::string> RunScopedStore::missing(const StoreScope& scope,
                                               const std::vector<std::string>& keys) const {
   validateScope(scope);
   validateKeys(keys);
@@ -139,7 +139,7 @@ std::vector<std::string> MemoryStore::missing(const StoreScope& scope,
   return out;
 }
 
-bool MemoryStore::deleteKey(const StoreScope& scope, const std::string& key) {
+bool RunScopedStore::deleteKey(const StoreScope& scope, const std::string& key) {
   validateScope(scope);
   validateStoreKey(key);
   std::lock_guard lock(mutex_);
@@ -150,7 +150,7 @@ bool MemoryStore::deleteKey(const StoreScope& scope, const std::string& key) {
   return r != run->second.rounds.end() && r->second.values.erase(key) > 0;
 }
 
-int64_t MemoryStore::numKeys(const StoreScope& scope) const {
+int64_t RunScopedStore::numKeys(const StoreScope& scope) const {
   validateScope(scope);
   std::lock_guard lock(mutex_);
   checkOpen();
@@ -158,7 +158,7 @@ int64_t MemoryStore::numKeys(const StoreScope& scope) const {
   return r ? static_cast<int64_t>(r->values.size()) : 0;
 }
 
-std::optional<MemoryStore::WaitId> MemoryStore::waitAsync(const StoreScope& scope,
+std::optional<RunScopedStore::WaitId> RunScopedStore::waitAsync(const StoreScope& scope,
                                                           std::vector<std::string> keys,
                                                           TimePoint deadline, WaitCallback callback) {
   validateScope(scope);
@@ -185,7 +185,7 @@ std::optional<MemoryStore::WaitId> MemoryStore::waitAsync(const StoreScope& scop
   return id;
 }
 
-bool MemoryStore::cancelWait(WaitId id) {
+bool RunScopedStore::cancelWait(WaitId id) {
   Completions dropped;
   {
     std::lock_guard lock(mutex_);
@@ -196,7 +196,7 @@ bool MemoryStore::cancelWait(WaitId id) {
   return true;
 }
 
-void MemoryStore::expire(TimePoint now) {
+void RunScopedStore::expire(TimePoint now) {
   Completions done;
   {
     std::lock_guard lock(mutex_);
@@ -207,13 +207,13 @@ void MemoryStore::expire(TimePoint now) {
   runCompletions(done);
 }
 
-std::optional<MemoryStore::TimePoint> MemoryStore::nextDeadline() const {
+std::optional<RunScopedStore::TimePoint> RunScopedStore::nextDeadline() const {
   std::lock_guard lock(mutex_);
   if (deadlines_.empty()) return std::nullopt;
   return deadlines_.begin()->first;
 }
 
-void MemoryStore::dropRoundsBefore(const std::string& runId, uint64_t round) {
+void RunScopedStore::dropRoundsBefore(const std::string& runId, uint64_t round) {
   Completions done;
   {
     std::lock_guard lock(mutex_);
@@ -228,7 +228,7 @@ void MemoryStore::dropRoundsBefore(const std::string& runId, uint64_t round) {
   runCompletions(done);
 }
 
-void MemoryStore::dropRun(const std::string& runId) {
+void RunScopedStore::dropRun(const std::string& runId) {
   Completions done;
   {
     std::lock_guard lock(mutex_);
@@ -240,7 +240,7 @@ void MemoryStore::dropRun(const std::string& runId) {
   runCompletions(done);
 }
 
-void MemoryStore::close() {
+void RunScopedStore::close() {
   Completions done;
   {
     std::lock_guard lock(mutex_);
@@ -251,34 +251,34 @@ void MemoryStore::close() {
   runCompletions(done);
 }
 
-bool MemoryStore::closed() const {
+bool RunScopedStore::closed() const {
   std::lock_guard lock(mutex_);
   return closed_;
 }
 
-void MemoryStore::checkOpen() const {
+void RunScopedStore::checkOpen() const {
   if (closed_) throw ClosedError("the store is closed");
 }
 
-const MemoryStore::Round* MemoryStore::findRound(const StoreScope& scope) const {
+const RunScopedStore::Round* RunScopedStore::findRound(const StoreScope& scope) const {
   auto run = runs_.find(scope.runId);
   if (run == runs_.end()) return nullptr;
   auto r = run->second.rounds.find(scope.round);
   return r == run->second.rounds.end() ? nullptr : &r->second;
 }
 
-MemoryStore::Round& MemoryStore::round(const StoreScope& scope) {
+RunScopedStore::Round& RunScopedStore::round(const StoreScope& scope) {
   return runs_[scope.runId].rounds[scope.round];
 }
 
-bool MemoryStore::allPresent(const Round& r, const std::vector<std::string>& keys) const {
+bool RunScopedStore::allPresent(const Round& r, const std::vector<std::string>& keys) const {
   for (const auto& key : keys) {
     if (!r.values.contains(key)) return false;
   }
   return true;
 }
 
-void MemoryStore::keyCreated(Round& r, const std::string& key, Completions& out) {
+void RunScopedStore::keyCreated(Round& r, const std::string& key, Completions& out) {
   auto it = r.watchers.find(key);
   if (it == r.watchers.end()) return;
   std::vector<WaitId> ready;
@@ -288,7 +288,7 @@ void MemoryStore::keyCreated(Round& r, const std::string& key, Completions& out)
   for (WaitId id : ready) finishWaiter(id, true, out);
 }
 
-void MemoryStore::finishWaiter(WaitId id, bool satisfied, Completions& out) {
+void RunScopedStore::finishWaiter(WaitId id, bool satisfied, Completions& out) {
   auto node = waiters_.extract(id);
   DDPRUN_CHECK(!node.empty(), "unknown store waiter");
   Waiter& w = node.mapped();
@@ -308,14 +308,14 @@ void MemoryStore::finishWaiter(WaitId id, bool satisfied, Completions& out) {
   out.emplace_back(std::move(w.callback), satisfied);
 }
 
-void MemoryStore::failWaitersOf(const Round& r, Completions& out) {
+void RunScopedStore::failWaitersOf(const Round& r, Completions& out) {
   // Ids first: finishing a waiter edits r.watchers.
   std::unordered_set<WaitId> ids;
   for (const auto& entry : r.watchers) ids.insert(entry.second.begin(), entry.second.end());
   for (WaitId id : ids) finishWaiter(id, false, out);
 }
 
-void MemoryStore::runCompletions(Completions& completions) {
+void RunScopedStore::runCompletions(Completions& completions) {
   for (auto& [callback, satisfied] : completions) {
     // A throwing callback must not take the other waiters' callbacks, or the caller's
     // already-applied write, down with it.
