@@ -86,6 +86,7 @@ LocalRendezvousOptions rendezvousOptions(const LaunchConfig& cfg) {
   o.masterAddr = cfg.masterAddr;
   // Static mode keeps torchrun's fixed port; standalone picks a free one each round.
   o.masterPort = (cfg.standalone && !cfg.masterPortGiven) ? 0 : cfg.masterPort;
+  o.nodeId = hostName();
   return o;
 }
 

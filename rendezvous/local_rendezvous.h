@@ -1,12 +1,16 @@
-// Single-node rendezvous: the node is alone in every round, and the restart budget is kept here,
-// exactly as a multi-node backend keeps it for the whole job.
+// Single-node rendezvous: a thin driver of the same RendezvousState the gRPC server runs, as a
+// one-node job on this process's monotonic clock. Restart budget, exit barrier, fencing and their
+// messages live in the state machine only; this class turns its notices into listener callbacks
+// and picks a free master port per round (I/O the rules leave to their host).
 #pragma once
 
+#include <chrono>
 #include <functional>
-#include <memory>
 #include <string>
+#include <vector>
 
 #include "rendezvous/rendezvous.h"
+#include "rendezvous/state_machine.h"
 
 namespace ddprun {
 
@@ -14,7 +18,8 @@ struct LocalRendezvousOptions {
   int localWorldSize = 1;
   int maxRestarts = 0;
   std::string masterAddr = "127.0.0.1";
-  int masterPort = 0;  // 0: a free port on masterAddr, chosen again for every round
+  int masterPort = 0;          // 0: a free port on masterAddr, chosen again for every round
+  std::string nodeId = "local";  // how the rules' messages name this node (the host name)
 };
 
 class LocalRendezvous final : public Rendezvous {
@@ -32,15 +37,16 @@ class LocalRendezvous final : public Rendezvous {
   void leave() override;
 
  private:
-  void announceRound();
+  static Micros now();
+  // Posts one callback per notice for this node. Rejections (a report for a round that is over,
+  // or after leave) are dropped: they are expected races, not errors, on a single node.
+  void deliver(std::vector<Notice> notices);
 
   LocalRendezvousOptions options_;
   Post post_;
   PortFinder findPort_;
+  RendezvousState state_;
   RendezvousListener* listener_ = nullptr;
-  uint64_t round_ = 0;
-  int restartCount_ = 0;
-  bool closed_ = false;
 };
 
 }  // namespace ddprun

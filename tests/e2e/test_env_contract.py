@@ -17,7 +17,7 @@ and the two environments are compared variable by variable:
         says "True" because its agent hosts a TCPStore at MASTER_PORT; ddprun's agent hosts
         none there, PyTorch's rank 0 does);
       ddprun adds TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (the newer name of NCCL_ASYNC_ERROR_HANDLING)
-        and DDPRUN_ROUND=0;
+        and DDPRUN_ROUND=1 (rounds count from 1 in every mode);
       ddprun adds one DDPRUN_JOB_<16 hex digits>=1, the marker by which its watchdog finds every
         process of the job (not listed in DESIGN.md section 4);
       ddprun may add DDPRUN_STORE_ADDR/DDPRUN_STORE_PREFIX (section 4) once it hosts a store.
@@ -188,7 +188,7 @@ class EnvContractTest(unittest.TestCase):
                 self.assertEqual(t["TORCHELASTIC_USE_AGENT_STORE"], "True" if mode == "static" else "False")
                 self.assertEqual(d["TORCHELASTIC_USE_AGENT_STORE"], "False")
                 self.assertEqual(d.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1")
-                self.assertEqual(d.get("DDPRUN_ROUND"), "0")
+                self.assertEqual(d.get("DDPRUN_ROUND"), "1")
                 job_markers = [k for k in d if k.startswith("DDPRUN_JOB_")]
                 self.assertEqual(len(job_markers), 1, job_markers)
                 self.assertRegex(job_markers[0], "^%s$" % JOB_MARKER_RE.pattern)

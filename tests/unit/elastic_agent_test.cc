@@ -121,7 +121,7 @@ TEST_CASE("agent starts one worker per local rank with torchrun's environment", 
     CHECK(h.envOf(i, "MASTER_PORT") == "50000");
     CHECK(h.envOf(i, "TORCHELASTIC_RESTART_COUNT") == "0");
     CHECK(h.envOf(i, "TORCHELASTIC_RUN_ID") == "test-run-id");
-    CHECK(h.envOf(i, "DDPRUN_ROUND") == "0");
+    CHECK(h.envOf(i, "DDPRUN_ROUND") == "1");
     CHECK(h.envOf(i, "MY_VAR") == "kept");
     std::string errorFile = h.envOf(i, "TORCHELASTIC_ERROR_FILE");
     CHECK(errorFile == h.runDir.path() + "/attempt_0/" + std::to_string(i) + "/error.json");
@@ -211,7 +211,7 @@ TEST_CASE("agent restarts the workers while the budget lasts, then fails with th
   for (size_t i : {2, 3}) {
     CHECK(h.envOf(i, "TORCHELASTIC_RESTART_COUNT") == "1");
     CHECK(h.envOf(i, "TORCHELASTIC_MAX_RESTARTS") == "2");
-    CHECK(h.envOf(i, "DDPRUN_ROUND") == "1");
+    CHECK(h.envOf(i, "DDPRUN_ROUND") == "2");
     CHECK(h.envOf(i, "MASTER_PORT") == "50001");  // a fresh port for the new round
     CHECK(h.envOf(i, "RANK") == std::to_string(i - 2));
     CHECK_THAT(h.envOf(i, "TORCHELASTIC_ERROR_FILE"), Catch::Contains("/attempt_1/"));
@@ -226,7 +226,7 @@ TEST_CASE("agent restarts the workers while the budget lasts, then fails with th
   h.pump();
   REQUIRE(h.supervisor.spawned().size() == 6);
   CHECK(h.envOf(4, "TORCHELASTIC_RESTART_COUNT") == "2");
-  CHECK(h.envOf(5, "DDPRUN_ROUND") == "2");
+  CHECK(h.envOf(5, "DDPRUN_ROUND") == "3");
   CHECK(h.envOf(5, "MASTER_PORT") == "50002");
 
   // Attempt 2 fails: the budget is spent.
@@ -262,7 +262,7 @@ TEST_CASE("two workers failing together cost one restart, not two", "[agent]") {
   h.pump();
   REQUIRE(h.supervisor.spawned().size() == 4);
   CHECK(h.envOf(2, "TORCHELASTIC_RESTART_COUNT") == "1");
-  CHECK(h.envOf(2, "DDPRUN_ROUND") == "1");
+  CHECK(h.envOf(2, "DDPRUN_ROUND") == "2");
   // 1001 was still running when 1000's failure arrived; its own failure came during the stop.
   CHECK(h.supervisor.signalsTo(1000).empty());
   CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
@@ -411,12 +411,12 @@ TEST_CASE("an interrupted round stops the workers and the next round starts them
   h.start();
   h.agent->onRoundInterrupted(7, "a round that is not running");
   CHECK(h.supervisor.signals().empty());
-  h.agent->onRoundInterrupted(0, "a peer left");
+  h.agent->onRoundInterrupted(1, "a peer left");
   CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
   CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
 
   ddprun::RoundInfo next;
-  next.round = 1;
+  next.round = 2;
   next.restartCount = 0;
   next.groupRank = 1;
   next.groupWorldSize = 2;
@@ -436,7 +436,7 @@ TEST_CASE("an interrupted round stops the workers and the next round starts them
   CHECK(h.envOf(3, "WORLD_SIZE") == "4");
   CHECK(h.envOf(3, "GROUP_RANK") == "1");
   CHECK(h.envOf(3, "MASTER_ADDR") == "10.0.0.1");
-  CHECK(h.envOf(3, "DDPRUN_ROUND") == "1");
+  CHECK(h.envOf(3, "DDPRUN_ROUND") == "2");
   CHECK_FALSE(h.status().has_value());
 }
 

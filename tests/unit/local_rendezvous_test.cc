@@ -1,3 +1,6 @@
+// LocalRendezvous is a driver of RendezvousState (whose rules state_machine*_test.cc cover, the
+// one-node job included). These tests check the driving: callbacks only through post, the state's
+// notices delivered as listener calls, a master port per round, reports the rules refuse dropped.
 #include "rendezvous/local_rendezvous.h"
 
 #include <catch2/catch.hpp>
@@ -16,17 +19,13 @@ namespace {
 struct RecordingListener : ddprun::RendezvousListener {
   std::vector<RoundInfo> rounds;
   std::vector<std::pair<uint64_t, std::string>> interrupted;
-  std::vector<std::pair<JobOutcome, std::string>> closed;
+  std::vector<ddprun::JobClosure> closed;
 
   void onRoundReady(const RoundInfo& round) override { rounds.push_back(round); }
   void onRoundInterrupted(uint64_t round, const std::string& reason) override {
     interrupted.emplace_back(round, reason);
   }
-  void onJobClosed(const ddprun::JobClosure& closure) override {
-    closed.emplace_back(closure.outcome, closure.reason);
-    failures.push_back(closure.failure);
-  }
-  std::vector<std::optional<ddprun::WorkerFailure>> failures;  // one per closed
+  void onJobClosed(const ddprun::JobClosure& closure) override { closed.push_back(closure); }
 };
 
 // Rank 1 exited with code 3.
@@ -68,19 +67,20 @@ LocalRendezvousOptions options(int nproc, int maxRestarts, int masterPort = 0) {
   o.maxRestarts = maxRestarts;
   o.masterAddr = "127.0.0.1";
   o.masterPort = masterPort;
+  o.nodeId = "hostA";
   return o;
 }
 
 }  // namespace
 
-TEST_CASE("join announces round 0 with no restarts spent, through post only", "[rendezvous]") {
+TEST_CASE("local driver: join announces the state's round 1, through post only", "[rendezvous][local]") {
   Harness h(options(4, 2));
   h.rdzv->join(&h.listener);
   CHECK(h.listener.rounds.empty());  // nothing called inside join
   CHECK(h.drain() == 1);
   REQUIRE(h.listener.rounds.size() == 1);
   const RoundInfo& r = h.listener.rounds[0];
-  CHECK(r.round == 0);
+  CHECK(r.round == 1);
   CHECK(r.restartCount == 0);
   CHECK(r.groupRank == 0);
   CHECK(r.groupWorldSize == 1);
@@ -93,34 +93,31 @@ TEST_CASE("join announces round 0 with no restarts spent, through post only", "[
   CHECK(h.listener.closed.empty());
 }
 
-TEST_CASE("each failure within the budget announces the next round with a fresh port", "[rendezvous]") {
+TEST_CASE("local driver: a failure within the budget interrupts the round and announces the next on a fresh port",
+          "[rendezvous][local]") {
   Harness h(options(2, 2));
   h.rdzv->join(&h.listener);
   h.drain();
 
-  h.rdzv->reportWorkerFailure(0, failure());
+  h.rdzv->reportWorkerFailure(1, failure());
   CHECK(h.listener.rounds.size() == 1);  // only through post
   h.drain();
+  REQUIRE(h.listener.interrupted.size() == 1);
+  CHECK(h.listener.interrupted[0].first == 1);
+  CHECK_THAT(h.listener.interrupted[0].second, Catch::Contains("node hostA failed (restart 1 of 2)"));
   REQUIRE(h.listener.rounds.size() == 2);
-  CHECK(h.listener.rounds[1].round == 1);
+  CHECK(h.listener.rounds[1].round == 2);
   CHECK(h.listener.rounds[1].restartCount == 1);
   CHECK(h.listener.rounds[1].masterPort == 40001);
   CHECK(h.listener.rounds[1].worldSize == 2);
-
-  h.rdzv->reportWorkerFailure(1, failure());
-  h.drain();
-  REQUIRE(h.listener.rounds.size() == 3);
-  CHECK(h.listener.rounds[2].round == 2);
-  CHECK(h.listener.rounds[2].restartCount == 2);
-  CHECK(h.listener.rounds[2].masterPort == 40002);
   CHECK(h.listener.closed.empty());
 }
 
-TEST_CASE("a fixed master port is kept across rounds and no port is searched", "[rendezvous]") {
+TEST_CASE("local driver: a fixed master port is kept across rounds and no port is searched", "[rendezvous][local]") {
   Harness h(options(2, 1, 29500));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0, failure());
+  h.rdzv->reportWorkerFailure(1, failure());
   h.drain();
   REQUIRE(h.listener.rounds.size() == 2);
   CHECK(h.listener.rounds[0].masterPort == 29500);
@@ -128,110 +125,53 @@ TEST_CASE("a fixed master port is kept across rounds and no port is searched", "
   CHECK(h.portQueries.empty());
 }
 
-TEST_CASE("a failure with restarts off closes the job as failed", "[rendezvous]") {
+TEST_CASE("local driver: the job's end carries the rules' reason, the failure and this node", "[rendezvous][local]") {
   Harness h(options(2, 0));
   h.rdzv->join(&h.listener);
   h.drain();
-  h.rdzv->reportWorkerFailure(0, failure());
+  h.rdzv->reportWorkerFailure(1, failure());
   CHECK(h.listener.closed.empty());  // only through post
   h.drain();
   CHECK(h.listener.rounds.size() == 1);
   REQUIRE(h.listener.closed.size() == 1);
-  CHECK(h.listener.closed[0].first == JobOutcome::kFailed);
-  CHECK_THAT(h.listener.closed[0].second, Catch::Contains("max_restarts"));
-  // The failure that ended the job travels with it: the agent exits with its status.
-  REQUIRE(h.listener.failures[0].has_value());
-  CHECK(h.listener.failures[0]->rank == 1);
-  CHECK(h.listener.failures[0]->exitStatus == 3);
+  const auto& closure = h.listener.closed[0];
+  CHECK(closure.outcome == JobOutcome::kFailed);
+  CHECK_THAT(closure.reason, Catch::Contains("restarts are off (--max_restarts=0)"));
+  CHECK(closure.failedNode == "hostA");
+  REQUIRE(closure.failure.has_value());
+  CHECK(closure.failure->rank == 1);
+  CHECK(closure.failure->exitStatus == 3);
+
+  // The job is closed: reports the rules refuse call nothing.
+  h.rdzv->reportWorkerFailure(1, failure());
+  h.rdzv->reportSucceeded(1);
+  CHECK(h.drain() == 0);
 }
 
-TEST_CASE("a failure after the budget is spent closes the job as failed", "[rendezvous]") {
-  Harness h(options(1, 2));
+TEST_CASE("local driver: success closes the job; a stale report calls nothing", "[rendezvous][local]") {
+  Harness h(options(2, 1));
   h.rdzv->join(&h.listener);
-  h.drain();
-  h.rdzv->reportWorkerFailure(0, failure());
   h.drain();
   h.rdzv->reportWorkerFailure(1, failure());
   h.drain();
-  CHECK(h.listener.closed.empty());
-  h.rdzv->reportWorkerFailure(2, failure());
-  h.drain();
-  CHECK(h.listener.rounds.size() == 3);
-  REQUIRE(h.listener.closed.size() == 1);
-  CHECK(h.listener.closed[0].first == JobOutcome::kFailed);
-  CHECK_THAT(h.listener.closed[0].second, Catch::Contains("2"));
-
-  // The job is closed: nothing more happens.
-  h.rdzv->reportWorkerFailure(2, failure());
-  h.rdzv->reportSucceeded(2);
-  CHECK(h.drain() == 0);
-  CHECK(h.listener.closed.size() == 1);
-}
-
-TEST_CASE("a failure report for an old round is ignored", "[rendezvous]") {
-  Harness h(options(2, 3));
-  h.rdzv->join(&h.listener);
-  h.drain();
-  h.rdzv->reportWorkerFailure(0, failure());
-  h.drain();
-  REQUIRE(h.listener.rounds.size() == 2);
-
-  h.rdzv->reportWorkerFailure(0, failure());  // a second worker of round 0 reporting late
-  CHECK(h.drain() == 0);
-  CHECK(h.listener.rounds.size() == 2);
-  CHECK(h.listener.closed.empty());
-
+  h.rdzv->reportSucceeded(1);  // round 1 is over
   h.rdzv->reportWorkerFailure(7, failure());  // a round that never existed
   CHECK(h.drain() == 0);
-
-  // The current round still counts.
-  h.rdzv->reportWorkerFailure(1, failure());
-  h.drain();
-  REQUIRE(h.listener.rounds.size() == 3);
-  CHECK(h.listener.rounds[2].restartCount == 2);
-}
-
-TEST_CASE("reportSucceeded closes the job as succeeded", "[rendezvous]") {
-  Harness h(options(2, 1));
-  h.rdzv->join(&h.listener);
-  h.drain();
-  h.rdzv->reportSucceeded(0);
-  CHECK(h.listener.closed.empty());  // only through post
-  h.drain();
-  REQUIRE(h.listener.closed.size() == 1);
-  CHECK(h.listener.closed[0].first == JobOutcome::kSucceeded);
-  CHECK_FALSE(h.listener.failures[0].has_value());
-
-  h.rdzv->reportSucceeded(0);
-  h.rdzv->reportWorkerFailure(0, failure());
-  CHECK(h.drain() == 0);
-  CHECK(h.listener.closed.size() == 1);
-  CHECK(h.listener.rounds.size() == 1);
-}
-
-TEST_CASE("reportSucceeded for an old round is ignored", "[rendezvous]") {
-  Harness h(options(2, 1));
-  h.rdzv->join(&h.listener);
-  h.drain();
-  h.rdzv->reportWorkerFailure(0, failure());
-  h.drain();
-  h.rdzv->reportSucceeded(0);
-  CHECK(h.drain() == 0);
   CHECK(h.listener.closed.empty());
-  h.rdzv->reportSucceeded(1);
+  h.rdzv->reportSucceeded(2);
   h.drain();
   REQUIRE(h.listener.closed.size() == 1);
-  CHECK(h.listener.closed[0].first == JobOutcome::kSucceeded);
-  CHECK_FALSE(h.listener.failures[0].has_value());
+  CHECK(h.listener.closed[0].outcome == JobOutcome::kSucceeded);
+  CHECK_FALSE(h.listener.closed[0].failure.has_value());
 }
 
-TEST_CASE("after leave nothing more is announced", "[rendezvous]") {
+TEST_CASE("local driver: after leave nothing more is announced", "[rendezvous][local]") {
   Harness h(options(2, 3));
   h.rdzv->join(&h.listener);
   h.drain();
   h.rdzv->leave();
-  h.rdzv->reportWorkerFailure(0, failure());
-  h.rdzv->reportSucceeded(0);
+  h.rdzv->reportWorkerFailure(1, failure());
+  h.rdzv->reportSucceeded(1);
   CHECK(h.drain() == 0);
   CHECK(h.listener.rounds.size() == 1);
   CHECK(h.listener.closed.empty());

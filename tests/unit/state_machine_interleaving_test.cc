@@ -260,3 +260,41 @@ TEST_CASE("nextDeadline: the earliest heartbeat expiry or gathering deadline, no
   CHECK(s.phase() == Phase::kClosed);
   CHECK_FALSE(s.nextDeadline().has_value());
 }
+
+// ---- a one-node job: what the single-node launcher runs (LocalRendezvous drives this state) ------
+
+TEST_CASE("one-node job: closes at once, restarts within the budget, then fails with the worker's failure",
+          "[rendezvous]") {
+  RendezvousState s("job", rules(1, 1, 2), sec(0));
+  CHECK(render(join(s, "a", sec(0), 4, 0)) == Lines{assigned("a", 1, 0, 1, 0, 4, 0, "a")});
+  auto first = s.workerFailed("a", 1, sec(1));
+  CHECK(render(first) == Lines{interrupted("a", 1), assigned("a", 2, 0, 1, 0, 4, 1, "a")});
+  CHECK(render(s.workerFailed("a", 2, sec(2))) == Lines{interrupted("a", 2), assigned("a", 3, 0, 1, 0, 4, 2, "a")});
+  auto last = s.workerFailed("a", 3, sec(3), ddprun::WorkerFailure{1, 3, 0, 3, "failed with exit code 3"});
+  CHECK(render(last) == Lines{ended("a", false)});
+  CHECK_THAT(textFor(last, "a"), Contains("restart budget (2) is spent"));
+  REQUIRE(bodiesFor<JobEnd>(last, "a").at(0).failure.has_value());
+  CHECK(bodiesFor<JobEnd>(last, "a").at(0).failure->exitStatus == 3);
+  // Closed: nothing more is decided.
+  CHECK(render(s.workerFailed("a", 3, sec(4))) == Lines{rejected("a", RejectCode::kStaleRound, false)});
+  CHECK(render(s.succeeded("a", 3, sec(4))) == Lines{rejected("a", RejectCode::kStaleRound, false)});
+}
+
+TEST_CASE("one-node job: success closes it, a stale report is refused, and leave ends every report",
+          "[rendezvous]") {
+  RendezvousState s("job", rules(1, 1, 3), sec(0));
+  join(s, "a", sec(0), 2, 0);
+  s.workerFailed("a", 1, sec(1));
+  REQUIRE(s.round() == 2);
+  // A second worker of round 1 reporting late spends nothing.
+  CHECK(render(s.workerFailed("a", 1, sec(2))) == Lines{rejected("a", RejectCode::kStaleRound, false)});
+  CHECK(render(s.succeeded("a", 1, sec(2))) == Lines{rejected("a", RejectCode::kStaleRound, false)});
+  CHECK(s.restartCount() == 1);
+  CHECK(render(s.succeeded("a", 2, sec(3))) == Lines{ended("a", true)});
+
+  RendezvousState t("job", rules(1, 1, 3), sec(0));
+  join(t, "a", sec(0), 2, 0);
+  CHECK(t.leave("a", "stopped by a signal", sec(1)).empty());
+  CHECK(render(t.workerFailed("a", 1, sec(2))) == Lines{rejected("a", RejectCode::kNotJoined, true)});
+  CHECK(t.restartCount() == 0);
+}
