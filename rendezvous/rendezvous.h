@@ -1,5 +1,6 @@
 // The agent's view of a rendezvous: how a node joins a job, learns its round, and reports what
-// happened to its workers. Backends: LocalRendezvous (one node) and, later, the gRPC client and etcd.
+// happened to its workers. Implementations: LocalRendezvous (one node) and GrpcRendezvous (the
+// client of a rendezvous server); both apply the rules of one RendezvousState.
 // Every callback runs on the agent's event loop, never inside the call that caused it.
 #pragma once
 

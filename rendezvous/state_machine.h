@@ -1,7 +1,7 @@
 // The rules of a multi-node job, as a pure state machine: no I/O, no threads, no clock of its own.
 // Every event takes the current time (microseconds on the server's monotonic clock) and returns
-// the notices to push to agents. The gRPC server owns one RendezvousState per run id; unit tests
-// drive it with a fake clock.
+// the notices to push to agents. The gRPC server owns one RendezvousState per run id, the
+// single-node LocalRendezvous one for its one-node job; unit tests drive it with a fake clock.
 //
 // Rules (DESIGN.md, "Rendezvous"):
 // - A round closes at once when max nodes are in, or last_call_timeout after min nodes joined;
