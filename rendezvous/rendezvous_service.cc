@@ -4,6 +4,8 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <set>
@@ -121,12 +123,23 @@ RendezvousRules toRules(const pb::JobRules& r) {
 
 // One agent's stream. Messages to it may come from any thread; they are queued and written one at
 // a time, as gRPC requires.
-class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage> {
+// Owned by a reference to itself until OnDone, and by whoever holds a message for it to flush, so
+// that the service can write to it after releasing its lock.
+class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>,
+                             public std::enable_shared_from_this<SessionReactor> {
  public:
   SessionReactor(RendezvousService::Impl* impl, std::string peer) : impl_(impl), peerHost_(peerHost(peer)) {}
 
-  void begin(bool authorized);
-  void send(pb::ServerMessage msg, bool finishAfter);
+  void begin(std::shared_ptr<SessionReactor> self, bool authorized);
+  // Queues a message (an empty one only closes); no gRPC call, so it may run under the service's
+  // lock, which fixes the order of messages to one agent.
+  void enqueue(pb::ServerMessage msg, bool finishAfter);
+  // Starts writing what is queued (or finishes); never under the service's lock.
+  void flush();
+  void send(pb::ServerMessage msg, bool finishAfter) {
+    enqueue(std::move(msg), finishAfter);
+    flush();
+  }
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -145,6 +158,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb
 
   RendezvousService::Impl* impl_;
   std::string peerHost_;
+  std::shared_ptr<SessionReactor> self_;  // released in OnDone
   pb::AgentMessage incoming_;
   std::mutex mu_;
   std::deque<pb::ServerMessage> queue_;
@@ -162,14 +176,16 @@ class RendezvousService::Impl {
   ~Impl() { shutdown(); }
 
   void shutdown() {
-    std::vector<SessionReactor*> sessions;
+    Effects fx;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
       stopping_ = true;
-      sessions.assign(sessions_.begin(), sessions_.end());
-      for (SessionReactor* s : sessions) s->send(rejection(pb::Rejected::JOB_CLOSED, "rendezvous server is shutting down"), true);
+      for (SessionReactor* s : sessions_) {
+        post(s, rejection(pb::Rejected::JOB_CLOSED, "rendezvous server is shutting down"), true, &fx);
+      }
     }
+    apply(fx);
     cv_.notify_all();
     if (timer_.joinable()) timer_.join();
   }
@@ -183,7 +199,7 @@ class RendezvousService::Impl {
 
   // A message from an agent. Returns false when the session must stop reading.
   bool handle(SessionReactor* s, const pb::AgentMessage& msg) {
-    std::vector<std::pair<std::string, uint64_t>> newRounds;
+    Effects fx;
     bool keepReading = true;
     // A heartbeat that changed nothing only moves its node's deadline later: the timer thread
     // finds that out when the earlier deadline passes. Waking it on every heartbeat made it rescan
@@ -193,33 +209,37 @@ class RendezvousService::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_ || s->ended) return false;
       if (!s->joined) {
-        keepReading = handleJoin(s, msg, &newRounds);
+        keepReading = handleJoin(s, msg, &fx);
       } else {
-        keepReading = handleReport(s, msg, &newRounds, &deadlinesMayBeEarlier);
+        keepReading = handleReport(s, msg, &fx, &deadlinesMayBeEarlier);
       }
     }
-    announceRounds(newRounds);
+    apply(fx);
     if (deadlinesMayBeEarlier) cv_.notify_all();
     return keepReading;
   }
 
   // The stream ended (closed, broken or cancelled): the node is gone.
   void ended(SessionReactor* s, const std::string& reason) {
-    std::vector<std::pair<std::string, uint64_t>> newRounds;
+    Effects fx;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      endLocked(s, reason, &newRounds);
+      endLocked(s, reason, &fx);
     }
-    announceRounds(newRounds);
+    apply(fx);
     cv_.notify_all();
   }
 
   void done(SessionReactor* s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::pair<std::string, uint64_t>> ignored;
-    endLocked(s, "session finished", &ignored);
-    sessions_.erase(s);
-    idleCv_.notify_all();
+    Effects fx;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      endLocked(s, "session finished", &fx);
+      sessions_.erase(s);
+      idleCv_.notify_all();
+    }
+    apply(fx);
+    cv_.notify_all();
   }
 
   bool waitIdle(std::chrono::milliseconds timeout) {
@@ -239,21 +259,70 @@ class RendezvousService::Impl {
     std::unique_ptr<RendezvousState> state;
     std::map<std::string, SessionReactor*> sessions;
   };
-  using RoundList = std::vector<std::pair<std::string, uint64_t>>;
+  // What an event decided that must happen once mu_ is released: messages queued for sessions
+  // (their writes), and the store's upkeep (in upkeep_). No store call, gRPC call or user callback
+  // ever runs under mu_: a store callback asks roundIsCurrent(), which takes mu_.
+  struct Effects {
+    std::vector<std::shared_ptr<SessionReactor>> flush;
+  };
 
-  bool handleJoin(SessionReactor* s, const pb::AgentMessage& msg, RoundList* newRounds) {
+  void post(SessionReactor* s, pb::ServerMessage msg, bool finish, Effects* fx) {
+    s->enqueue(std::move(msg), finish);
+    fx->flush.push_back(s->shared_from_this());
+  }
+
+  // Runs the upkeep decided so far, in the order it was decided, then writes the messages. Called
+  // without mu_. Upkeep runs one action at a time, outside the lock; a thread that finds another
+  // running waits for it, so that when this returns every action decided before this event's
+  // messages is done (a new job's first round never reaches its agents before the old job's keys
+  // of the same run id are gone).
+  void apply(Effects& fx) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        if (upkeepRunning_) {
+          upkeepCv_.wait(lock);
+          continue;
+        }
+        if (upkeep_.empty()) break;
+        auto action = std::move(upkeep_.front());
+        upkeep_.pop_front();
+        upkeepRunning_ = true;
+        lock.unlock();
+        try {
+          action();
+        } catch (const std::exception& e) {
+          spdlog::error("rendezvous: store upkeep failed: {}", e.what());
+        }
+        lock.lock();
+        upkeepRunning_ = false;
+        upkeepCv_.notify_all();
+      }
+    }
+    for (auto& s : fx.flush) s->flush();
+    fx.flush.clear();
+  }
+
+  void newRoundLocked(const std::string& runId, uint64_t round) {
+    if (options_.onNewRound) upkeep_.push_back([this, runId, round] { options_.onNewRound(runId, round); });
+  }
+  void jobGoneLocked(const std::string& runId) {
+    if (options_.onJobGone) upkeep_.push_back([this, runId] { options_.onJobGone(runId); });
+  }
+
+  bool handleJoin(SessionReactor* s, const pb::AgentMessage& msg, Effects* fx) {
     if (msg.kind_case() != pb::AgentMessage::kJoin) {
-      s->send(rejection(pb::Rejected::NOT_JOINED, "the first message of a session must be Join"), true);
+      post(s, rejection(pb::Rejected::NOT_JOINED, "the first message of a session must be Join"), true, fx);
       return false;
     }
     const pb::Join& join = msg.join();
     if (auto problem = validateJoin(join)) {
-      s->send(rejection(pb::Rejected::MALFORMED, "invalid join: " + *problem), true);
+      post(s, rejection(pb::Rejected::MALFORMED, "invalid join: " + *problem), true, fx);
       return false;
     }
     RendezvousRules rules = toRules(join.rules());
     if (auto problem = RendezvousState::validateRules(rules)) {
-      s->send(rejection(pb::Rejected::MALFORMED, "invalid job rules: " + *problem), true);
+      post(s, rejection(pb::Rejected::MALFORMED, "invalid job rules: " + *problem), true, fx);
       return false;
     }
     Micros now = monotonicNow();
@@ -261,7 +330,7 @@ class RendezvousService::Impl {
     if (it != jobs_.end() && it->second.state->phase() == RendezvousState::Phase::kClosed &&
         it->second.sessions.empty()) {
       jobs_.erase(it);  // a finished job of the same id: this is a new run, from round 1 again
-      if (options_.onJobGone) options_.onJobGone(join.run_id());
+      jobGoneLocked(join.run_id());
       it = jobs_.end();
     }
     if (it == jobs_.end()) {
@@ -269,9 +338,10 @@ class RendezvousService::Impl {
       spdlog::info("job '{}': {}..{} nodes, max_restarts {}", join.run_id(), rules.minNodes, rules.maxNodes,
                    rules.maxRestarts);
     } else if (!(it->second.state->rules() == rules)) {
-      s->send(rejection(pb::Rejected::RULES_MISMATCH,
-                        "job '" + join.run_id() + "' runs with different --nnodes/--max_restarts/timeouts than this node"),
-              true);
+      post(s,
+           rejection(pb::Rejected::RULES_MISMATCH,
+                     "job '" + join.run_id() + "' runs with different --nnodes/--max_restarts/timeouts than this node"),
+           true, fx);
       return false;
     }
     Job& job = it->second;
@@ -286,7 +356,7 @@ class RendezvousService::Impl {
     // A join's own rejection goes to this stream: the node id may belong to another live session.
     for (auto n = notices.begin(); n != notices.end();) {
       if (n->nodeId == node.nodeId && std::holds_alternative<Rejection>(n->body)) {
-        s->send(toProto(join.run_id(), *n), true);
+        post(s, toProto(join.run_id(), *n), true, fx);
         return false;
       }
       ++n;
@@ -296,12 +366,11 @@ class RendezvousService::Impl {
     s->joined = true;
     job.sessions[node.nodeId] = s;
     spdlog::info("job '{}': node {} joined ({} workers)", s->runId, s->nodeId, node.localWorldSize);
-    dispatch(job, notices, newRounds);
+    dispatch(job, notices, fx);
     return true;
   }
 
-  bool handleReport(SessionReactor* s, const pb::AgentMessage& msg, RoundList* newRounds,
-                    bool* deadlinesMayBeEarlier) {
+  bool handleReport(SessionReactor* s, const pb::AgentMessage& msg, Effects* fx, bool* deadlinesMayBeEarlier) {
     auto it = jobs_.find(s->runId);
     if (it == jobs_.end()) return false;
     Job& job = it->second;
@@ -324,23 +393,23 @@ class RendezvousService::Impl {
         notices = job.state->succeeded(s->nodeId, msg.succeeded().round(), now);
         break;
       case pb::AgentMessage::kLeave:
-        endLocked(s, "left: " + msg.leave().reason().substr(0, kMaxIdLength), newRounds);
-        s->send(pb::ServerMessage(), true);  // an empty message closes the stream for the agent
+        endLocked(s, "left: " + msg.leave().reason().substr(0, kMaxIdLength), fx);
+        post(s, pb::ServerMessage(), true, fx);  // an empty message closes the stream for the agent
         return false;
       case pb::AgentMessage::kJoin:
-        s->send(rejection(pb::Rejected::MALFORMED, "Join sent twice on one session"), true);
-        endLocked(s, "protocol error", newRounds);
+        post(s, rejection(pb::Rejected::MALFORMED, "Join sent twice on one session"), true, fx);
+        endLocked(s, "protocol error", fx);
         return false;
       default:
-        s->send(rejection(pb::Rejected::MALFORMED, "empty or unknown message"), true);
-        endLocked(s, "protocol error", newRounds);
+        post(s, rejection(pb::Rejected::MALFORMED, "empty or unknown message"), true, fx);
+        endLocked(s, "protocol error", fx);
         return false;
     }
-    dispatch(job, notices, newRounds);
+    dispatch(job, notices, fx);
     return !s->ended;
   }
 
-  void endLocked(SessionReactor* s, const std::string& reason, RoundList* newRounds) {
+  void endLocked(SessionReactor* s, const std::string& reason, Effects* fx) {
     if (s->ended) return;
     s->ended = true;
     if (!s->joined) return;
@@ -352,27 +421,23 @@ class RendezvousService::Impl {
     job.sessions.erase(session);
     spdlog::info("job '{}': node {} is gone ({})", s->runId, s->nodeId, reason);
     auto notices = job.state->leave(s->nodeId, reason, monotonicNow());
-    dispatch(job, notices, newRounds);
+    dispatch(job, notices, fx);
   }
 
-  // Pushes notices to their sessions; a fatal rejection or the end of the job closes the stream.
-  void dispatch(Job& job, const std::vector<Notice>& notices, RoundList* newRounds) {
+  // Queues notices for their sessions; a fatal rejection or the end of the job closes the stream.
+  void dispatch(Job& job, const std::vector<Notice>& notices, Effects* fx) {
+    uint64_t announced = 0;
     for (const auto& notice : notices) {
       auto target = job.sessions.find(notice.nodeId);
-      if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
-        std::pair<std::string, uint64_t> round(job.runId, a->round);
-        if (newRounds->empty() || newRounds->back() != round) newRounds->push_back(round);
+      if (auto* a = std::get_if<RoundAssignment>(&notice.body); a && a->round != announced) {
+        announced = a->round;
+        newRoundLocked(job.runId, a->round);
       }
       if (target == job.sessions.end()) continue;
       bool closes = std::holds_alternative<JobEnd>(notice.body) ||
                     (std::holds_alternative<Rejection>(notice.body) && std::get<Rejection>(notice.body).fatal);
-      target->second->send(toProto(job.runId, notice), closes);
+      post(target->second, toProto(job.runId, notice), closes, fx);
     }
-  }
-
-  void announceRounds(const RoundList& rounds) {
-    if (!options_.onNewRound) return;
-    for (const auto& [runId, round] : rounds) options_.onNewRound(runId, round);
   }
 
   // Applies deadlines; sleeps until the next one or until an event changes them.
@@ -391,18 +456,18 @@ class RendezvousService::Impl {
       }
       if (stopping_) break;
       Micros now = monotonicNow();
-      RoundList newRounds;
+      Effects fx;
       for (auto it = jobs_.begin(); it != jobs_.end();) {
         Job& job = it->second;
         auto d = job.state->nextDeadline();
-        if (d && *d <= now) dispatch(job, job.state->tick(now), &newRounds);
+        if (d && *d <= now) dispatch(job, job.state->tick(now), &fx);
         bool finished = job.state->phase() == RendezvousState::Phase::kClosed && job.sessions.empty();
-        if (finished && options_.onJobGone) options_.onJobGone(job.runId);
+        if (finished) jobGoneLocked(job.runId);
         it = finished ? jobs_.erase(it) : std::next(it);
       }
-      if (!newRounds.empty()) {
+      if (!fx.flush.empty() || !upkeep_.empty()) {
         lock.unlock();
-        announceRounds(newRounds);
+        apply(fx);
         lock.lock();
       }
     }
@@ -414,11 +479,15 @@ class RendezvousService::Impl {
   std::condition_variable idleCv_;
   std::map<std::string, Job> jobs_;
   std::set<SessionReactor*> sessions_;
+  std::deque<std::function<void()>> upkeep_;  // store upkeep decided under mu_, run by apply()
+  bool upkeepRunning_ = false;
+  std::condition_variable upkeepCv_;
   bool stopping_ = false;
   std::thread timer_;
 };
 
-void SessionReactor::begin(bool authorized) {
+void SessionReactor::begin(std::shared_ptr<SessionReactor> self, bool authorized) {
+  self_ = std::move(self);
   impl_->added(this);
   if (!authorized) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -428,13 +497,17 @@ void SessionReactor::begin(bool authorized) {
   StartRead(&incoming_);
 }
 
-void SessionReactor::send(pb::ServerMessage msg, bool finishAfter) {
-  std::unique_lock<std::mutex> lock(mu_);
+void SessionReactor::enqueue(pb::ServerMessage msg, bool finishAfter) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (finished_ || finishRequested_) return;
   bool closeOnly = msg.kind_case() == pb::ServerMessage::KIND_NOT_SET;
   if (!closeOnly) queue_.push_back(std::move(msg));
   if (finishAfter) finishRequested_ = true;
-  if (writing_) return;
+}
+
+void SessionReactor::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (finished_ || writing_) return;
   if (!queue_.empty()) {
     writing_ = true;
     const pb::ServerMessage* next = &queue_.front();
@@ -487,7 +560,7 @@ void SessionReactor::OnCancel() {
 
 void SessionReactor::OnDone() {
   impl_->done(this);
-  delete this;
+  auto last = std::move(self_);  // deletes this now, or when the last pending flush lets go
 }
 
 RendezvousService::RendezvousService(RendezvousServiceOptions options)
@@ -496,9 +569,10 @@ RendezvousService::~RendezvousService() = default;
 
 grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>* RendezvousService::Session(
     grpc::CallbackServerContext* context) {
-  auto* reactor = new SessionReactor(impl_.get(), context->peer());
-  reactor->begin(impl_->authorized(context));
-  return reactor;
+  auto reactor = std::make_shared<SessionReactor>(impl_.get(), context->peer());
+  SessionReactor* raw = reactor.get();
+  raw->begin(std::move(reactor), impl_->authorized(context));
+  return raw;
 }
 
 bool RendezvousService::roundIsCurrent(const std::string& runId, uint64_t round) const {

@@ -15,10 +15,12 @@ namespace ddprun {
 
 struct RendezvousServiceOptions {
   std::string token;  // empty: unauthenticated
-  // Called (outside any lock) when a run starts a new round, so the store can drop older rounds.
+  // The two below run outside the service's lock (they may call roundIsCurrent), one at a time, in
+  // the order the events happened, and before the messages of any later event reach agents.
+  // A run started a new round, so the store can drop older rounds (and end their waits).
   std::function<void(const std::string& runId, uint64_t round)> onNewRound;
-  // Called when a finished job is forgotten (its last agent left, or a new run reuses its id), so
-  // the store frees its keys. Runs under the service's lock: it must not call back into it.
+  // A finished job is forgotten (its last agent left, or a new run reuses its id), so the store
+  // frees its keys.
   std::function<void(const std::string& runId)> onJobGone;
 };
 

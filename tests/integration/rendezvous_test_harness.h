@@ -59,7 +59,7 @@ class Watchdog {
       : what_(std::move(what)), thread_([this, limit] {
           std::unique_lock<std::mutex> lock(mu_);
           if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "rendezvous_security_test: '%s' still runs after %lld s: the server hangs\n",
+            std::fprintf(stderr, "integration test: '%s' still runs after %lld s: the server hangs\n",
                          what_.c_str(), static_cast<long long>(limit.count()));
             std::fflush(stderr);
             std::_Exit(3);
