@@ -1,5 +1,6 @@
 #include "common/strings.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -46,6 +47,26 @@ std::optional<double> parseSeconds(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
   return value;
+}
+
+
+std::string printable(std::string_view text, std::size_t maxBytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const std::size_t shown = std::min(text.size(), maxBytes);
+  out.reserve(shown + 16);
+  for (std::size_t i = 0; i < shown; ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  if (shown < text.size()) out += "... (+" + std::to_string(text.size() - shown) + " bytes)";
+  return out;
 }
 
 }  // namespace ddprun

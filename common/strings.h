@@ -19,4 +19,9 @@ std::optional<int64_t> parseInt(std::string_view text);
 // Whole-string non-negative decimal number, such as "30" or "0.5"; nullopt otherwise.
 std::optional<double> parseSeconds(std::string_view text);
 
+// `text` made safe for a log line or an error message: bytes outside printable ASCII become \xNN,
+// and past `maxBytes` of input the rest is cut, saying how much ("... (+N bytes)"). Everything a
+// peer sends goes through it before it is logged or echoed.
+std::string printable(std::string_view text, std::size_t maxBytes = 128);
+
 }  // namespace ddprun

@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include "common/ids.h"
+#include "common/strings.h"
 #include "store/grpc_util.h"
 #include "rendezvous/state_machine.h"
 #include "rendezvous/worker_failure_message.h"
@@ -21,7 +23,7 @@ namespace {
 namespace pb = ddprun::v1;
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kMaxIdLength = 256;
+constexpr size_t kMaxReasonBytes = 256;  // of a reason an agent gives for leaving, as logged
 
 Micros monotonicNow() {
   return std::chrono::duration_cast<Micros>(Clock::now().time_since_epoch());
@@ -68,7 +70,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
     }
   } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
     msg.mutable_rejected()->set_code(toProto(r->code));
-    msg.mutable_rejected()->set_message(r->message);
+    msg.mutable_rejected()->set_message(bounded(grpc::Status(grpc::StatusCode::UNKNOWN, r->message)).error_message());
     msg.mutable_rejected()->set_fatal(r->fatal);
   }
   return msg;
@@ -77,7 +79,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
 pb::ServerMessage rejection(pb::Rejected::Code code, const std::string& message) {
   pb::ServerMessage msg;
   msg.mutable_rejected()->set_code(code);
-  msg.mutable_rejected()->set_message(message);
+  msg.mutable_rejected()->set_message(bounded(grpc::Status(grpc::StatusCode::UNKNOWN, message)).error_message());
   msg.mutable_rejected()->set_fatal(true);
   return msg;
 }
@@ -101,10 +103,14 @@ bool tokenAuthorized(const grpc::CallbackServerContext& context, const std::stri
   return constantTimeEquals(std::string_view(given.data(), given.size()), token);
 }
 
+// Ids and the host are checked before anything else reads them: from here on they are plain
+// enough for logs and store paths. No message repeats what was refused.
 std::optional<std::string> validateJoin(const pb::Join& join) {
-  if (join.run_id().empty() || join.run_id().size() > kMaxIdLength) return "run id must be 1-256 bytes";
-  if (join.node_id().empty() || join.node_id().size() > kMaxIdLength) return "node id must be 1-256 bytes";
-  if (join.host().size() > kMaxIdLength) return "host must be at most 256 bytes";
+  if (auto problem = idProblem(join.run_id())) return "run id " + *problem;
+  if (auto problem = idProblem(join.node_id())) return "node id " + *problem;
+  if (!join.host().empty()) {
+    if (auto problem = hostProblem(join.host())) return "host " + *problem;
+  }
   return std::nullopt;
 }
 
@@ -393,7 +399,7 @@ class RendezvousService::Impl {
         notices = job.state->succeeded(s->nodeId, msg.succeeded().round(), now);
         break;
       case pb::AgentMessage::kLeave:
-        endLocked(s, "left: " + msg.leave().reason().substr(0, kMaxIdLength), fx);
+        endLocked(s, "left: " + printable(msg.leave().reason(), kMaxReasonBytes), fx);
         post(s, pb::ServerMessage(), true, fx);  // an empty message closes the stream for the agent
         return false;
       case pb::AgentMessage::kJoin:
@@ -541,7 +547,7 @@ void SessionReactor::finishLocked(std::unique_lock<std::mutex>& lock, grpc::Stat
   if (finished_) return;
   finished_ = true;
   lock.unlock();
-  Finish(std::move(status));
+  Finish(bounded(status));
 }
 
 void SessionReactor::OnReadDone(bool ok) {

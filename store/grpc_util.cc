@@ -55,4 +55,12 @@ void applyServerDefaults(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
+grpc::Status bounded(const grpc::Status& status) {
+  const std::string& message = status.error_message();
+  if (message.size() <= kMaxErrorMessageBytes) return status;
+  constexpr std::size_t kKept = kMaxErrorMessageBytes - 32;
+  return grpc::Status(status.error_code(),
+                      message.substr(0, kKept) + "... (+" + std::to_string(message.size() - kKept) + " bytes)");
+}
+
 }  // namespace ddprun

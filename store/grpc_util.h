@@ -4,6 +4,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/status.h>
 
 #include <chrono>
 #include <memory>
@@ -18,6 +19,14 @@ inline constexpr const char* kTokenMetadataKey = "x-ddprun-token";
 // Largest gRPC message either side accepts: a 64 MiB store value plus its key and framing. Set
 // explicitly so that both sides agree whatever gRPC's default is (4 MiB on receive).
 inline constexpr int kMaxMessageBytes = 80 * 1024 * 1024;
+
+// The longest message an error status carries: far under gRPC's 8 KB metadata limit, which a
+// longer one would break (the client would see RESOURCE_EXHAUSTED instead of the error).
+inline constexpr std::size_t kMaxErrorMessageBytes = 1024;
+
+// `status` with its message cut to kMaxErrorMessageBytes (saying how much was cut). Every status
+// a ddprun service sends goes through it: no error can echo unbounded input.
+grpc::Status bounded(const grpc::Status& status);
 
 // Compares two secrets in time that depends only on their lengths, not on where they differ.
 bool constantTimeEquals(std::string_view a, std::string_view b);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ddprun {
 
@@ -26,17 +27,17 @@ inline void validateStoreKey(const std::string& key) {
 // Throws ConfigError for a value over kMaxStoreValueBytes.
 inline void validateStoreValue(const std::string& key, const std::string& value) {
   if (value.size() > kMaxStoreValueBytes) {
-    throw ConfigError("value for store key '" + key + "' is " + std::to_string(value.size()) +
+    throw ConfigError("value for store key '" + printable(key, 64) + "' is " + std::to_string(value.size()) +
                       " bytes, more than " + std::to_string(kMaxStoreValueBytes));
   }
 }
 
-// 'a', 'b' and 3 more: keys for an error message, bounded for waits on thousands of keys.
+// 'a', 'b' and 3 more: keys for an error message, bounded for waits on thousands of long keys.
 inline std::string quoteKeys(const std::vector<std::string>& keys) {
   constexpr std::size_t kShown = 8;
   std::string out;
   for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
-    out += (i == 0 ? "'" : ", '") + keys[i] + "'";
+    out += (i == 0 ? "'" : ", '") + printable(keys[i], 64) + "'";
   }
   if (keys.size() > kShown) out += " and " + std::to_string(keys.size() - kShown) + " more";
   return out;

@@ -100,7 +100,7 @@ struct StoreService::WaitCall : std::enable_shared_from_this<WaitCall> {
       if (finished) return;
       finished = true;
     }
-    reactor->Finish(status);
+    reactor->Finish(bounded(status));
   }
 
   StoreService& service;
@@ -195,7 +195,7 @@ grpc::ServerUnaryReactor* StoreService::unary(grpc::CallbackServerContext* conte
   } catch (...) {
     status = statusFromCurrentException();
   }
-  reactor->Finish(status);
+  reactor->Finish(bounded(status));
   return reactor;
 }
 
@@ -211,7 +211,7 @@ grpc::ServerUnaryReactor* StoreService::blocking(grpc::CallbackServerContext* co
   }
   if (!status.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(status);
+    reactor->Finish(bounded(status));
     return reactor;
   }
   // The wait ends at its own timeout or the client's deadline, whichever comes first.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "store/grpc_util.h"
 #include "store/store_service.h"
 #include "store/store_session_ops.h"
 
@@ -298,7 +299,7 @@ void StoreSession::finishLocked(const grpc::Status& status) {
   queue_.clear();
   queuedBytes_ = 0;
   finished_ = true;
-  Finish(*finishAfterWrite_);
+  Finish(bounded(*finishAfterWrite_));
 }
 
 void StoreSession::finishIfIdleLocked() {

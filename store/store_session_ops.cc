@@ -4,6 +4,8 @@
 #include <new>
 
 #include "common/error.h"
+#include "common/ids.h"
+#include "store/grpc_util.h"
 
 namespace ddprun::detail {
 
@@ -30,6 +32,8 @@ grpc::Status statusFromCurrentException() {
 }
 
 grpc::Status roundStatus(const StoreServiceOptions& options, const v1::Scope& scope) {
+  // Checked first, so that no later message can echo an unbounded run id.
+  if (auto problem = idProblem(scope.run_id())) return {grpc::StatusCode::INVALID_ARGUMENT, "run id " + *problem};
   if (options.roundIsCurrent && !options.roundIsCurrent(scope.run_id(), scope.round())) {
     return {grpc::StatusCode::FAILED_PRECONDITION,
             "stale round " + std::to_string(scope.round()) + " of run '" + scope.run_id() +
@@ -113,7 +117,7 @@ void setStatus(v1::StoreResponse& response, const grpc::Status& status) {
   if (status.ok()) return;
   auto* s = response.mutable_status();
   s->set_code(static_cast<int32_t>(status.error_code()));
-  s->set_message(status.error_message());
+  s->set_message(bounded(status).error_message());
 }
 
 }  // namespace ddprun::detail
