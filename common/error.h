@@ -38,6 +38,12 @@ class StateError : public Error {
   using Error::Error;
 };
 
+// A limit on a shared resource is reached (the store's bytes or keys): RESOURCE_EXHAUSTED.
+class CapacityError : public Error {
+ public:
+  using Error::Error;
+};
+
 // An OS call failed: carries errno and where it was called, wrapped once at the edge.
 class SystemError : public Error {
  public:

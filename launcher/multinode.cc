@@ -49,7 +49,10 @@ MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
   prepareGrpcRuntime();
   MultiNodeRendezvous out;
   std::string token = readToken(cfg);
-  RendezvousServerOptions serverOptions{cfg.endpointHost, cfg.endpointPort, token};
+  RendezvousServerOptions serverOptions;
+  serverOptions.bindAddress = cfg.endpointHost;
+  serverOptions.port = cfg.endpointPort;
+  serverOptions.token = token;
   std::unique_ptr<HostedServer> server;
   if (cfg.isHost.value_or(false)) {
     server = std::make_unique<HostedServer>(serverOptions);

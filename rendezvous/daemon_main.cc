@@ -23,6 +23,23 @@ int main(int argc, char** argv) {
   app.add_option("--bind", bind, "Address to listen on; 0.0.0.0 or :: listens on every interface");
   app.add_option("--token_file,--token-file", tokenFile, "File holding the job token (else DDPRUN_RDZV_TOKEN)");
   app.add_option("--log_level,--log-level", logLevel, "debug, info, warning, error");
+  ddprun::RendezvousServerOptions options;
+  ddprun::RunScopedStoreOptions& limits = options.storeLimits;
+  app.add_option("--store_run_bytes,--store-run-bytes", limits.maxBytesPerRun,
+                 "Store bytes (keys + values) one job may hold (default 256 MiB)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_option("--store_run_keys,--store-run-keys", limits.maxKeysPerRun, "Store keys one job may hold (default 100000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
+  app.add_option("--store_total_bytes,--store-total-bytes", limits.maxBytesTotal,
+                 "Store bytes every job together may hold (default 1 GiB)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_option("--store_total_keys,--store-total-keys", limits.maxKeysTotal,
+                 "Store keys every job together may hold (default 1000000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
+  double jobIdleSeconds = 120;
+  app.add_option("--job_idle_timeout,--job-idle-timeout", jobIdleSeconds,
+                 "Seconds after which a job with no agent connected is forgotten (default 120)")
+      ->check(CLI::Range(1.0, 86400.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -49,7 +66,11 @@ int main(int argc, char** argv) {
     } else if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN")) {
       token = env;
     }
-    ddprun::RendezvousServer server({bind, port, token});
+    options.bindAddress = bind;
+    options.port = port;
+    options.token = token;
+    options.jobIdleTimeout = std::chrono::milliseconds(static_cast<int64_t>(jobIdleSeconds * 1000));
+    ddprun::RendezvousServer server(options);
     std::cout << "ddprun-rdzv listening on " << server.address() << std::endl;
     int sig = 0;
     sigwait(&stopSignals, &sig);

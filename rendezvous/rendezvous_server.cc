@@ -65,10 +65,12 @@ class RendezvousServer::Impl {
     rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
         options_.token,
         [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); },
-        [this](const std::string& runId) { store_->store().dropRun(runId); }});
+        [this](const std::string& runId) { store_->store().dropRun(runId); },
+        options_.jobIdleTimeout});
     store_ = std::make_unique<StoreService>(StoreServiceOptions{
         options_.token,
-        [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }});
+        [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }},
+        options_.storeLimits);
     grpc::ServerBuilder builder;
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second server on the port must fail
     if (options_.handshakeTimeout.count() > 0) {

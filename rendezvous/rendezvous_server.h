@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/net.h"  // parseEndpoint, joinHostPort
+#include "store/run_scoped_store.h"  // RunScopedStoreOptions
 
 namespace ddprun {
 
@@ -27,6 +28,12 @@ struct RendezvousServerOptions {
   // would otherwise hold its streams, their waits and a descriptor until the daemon restarts.
   // (gRPC's default: every 2 hours.)
   std::chrono::milliseconds keepalive{std::chrono::seconds(60)};
+  // What the store may hold, per job and in all (bytes, keys): a write past a limit fails with
+  // RESOURCE_EXHAUSTED naming it.
+  RunScopedStoreOptions storeLimits;
+  // A job that no agent is connected to is forgotten after this long, its store keys with it, so
+  // that an abandoned job neither holds memory nor squats its run id until its join timeout.
+  std::chrono::milliseconds jobIdleTimeout{std::chrono::minutes(2)};
 };
 
 // Raises this process's soft limit on open files to its hard limit, for a process that hosts a

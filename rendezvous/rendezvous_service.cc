@@ -114,6 +114,25 @@ std::optional<std::string> validateJoin(const pb::Join& join) {
   return std::nullopt;
 }
 
+std::string millis(Micros t) { return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms"; }
+
+// "nodes 2..2 here, 1..4 in the job; max_restarts 0 here, 3 in the job": what a node that is
+// refused for other rules needs to see.
+std::string rulesDifference(const RendezvousRules& mine, const RendezvousRules& job) {
+  std::string out;
+  auto add = [&](const std::string& name, const std::string& here, const std::string& there) {
+    if (here == there) return;
+    out += (out.empty() ? "" : "; ") + name + " " + here + " here, " + there + " in the job";
+  };
+  auto nodes = [](const RendezvousRules& r) { return std::to_string(r.minNodes) + ".." + std::to_string(r.maxNodes); };
+  add("nnodes", nodes(mine), nodes(job));
+  add("max_restarts", std::to_string(mine.maxRestarts), std::to_string(job.maxRestarts));
+  add("join_timeout", millis(mine.joinTimeout), millis(job.joinTimeout));
+  add("last_call_timeout", millis(mine.lastCallTimeout), millis(job.lastCallTimeout));
+  add("heartbeat_timeout", millis(mine.heartbeatTimeout), millis(job.heartbeatTimeout));
+  return out;
+}
+
 RendezvousRules toRules(const pb::JobRules& r) {
   RendezvousRules rules;
   rules.minNodes = r.min_nodes();
@@ -264,7 +283,10 @@ class RendezvousService::Impl {
     std::string runId;
     std::unique_ptr<RendezvousState> state;
     std::map<std::string, SessionReactor*> sessions;
+    Micros idleSince{0};  // when its last session ended; meaningful while sessions is empty
   };
+
+  Micros idleLimit() const { return std::chrono::duration_cast<Micros>(options_.jobIdleTimeout); }
   // What an event decided that must happen once mu_ is released: messages queued for sessions
   // (their writes), and the store's upkeep (in upkeep_). No store call, gRPC call or user callback
   // ever runs under mu_: a store callback asks roundIsCurrent(), which takes mu_.
@@ -344,9 +366,14 @@ class RendezvousService::Impl {
       spdlog::info("job '{}': {}..{} nodes, max_restarts {}", join.run_id(), rules.minNodes, rules.maxNodes,
                    rules.maxRestarts);
     } else if (!(it->second.state->rules() == rules)) {
+      const Job& old = it->second;
+      std::string idle = old.sessions.empty()
+                             ? "; it has had no agent for " + millis(now - old.idleSince) + " and is forgotten after " +
+                                   millis(idleLimit())
+                             : "; " + std::to_string(old.sessions.size()) + " agent(s) are in it";
       post(s,
-           rejection(pb::Rejected::RULES_MISMATCH,
-                     "job '" + join.run_id() + "' runs with different --nnodes/--max_restarts/timeouts than this node"),
+           rejection(pb::Rejected::RULES_MISMATCH, "job '" + join.run_id() + "' runs with other settings: " +
+                                                       rulesDifference(rules, old.state->rules()) + idle),
            true, fx);
       return false;
     }
@@ -425,6 +452,7 @@ class RendezvousService::Impl {
     auto session = job.sessions.find(s->nodeId);
     if (session == job.sessions.end() || session->second != s) return;
     job.sessions.erase(session);
+    if (job.sessions.empty()) job.idleSince = monotonicNow();
     spdlog::info("job '{}': node {} is gone ({})", s->runId, s->nodeId, reason);
     auto notices = job.state->leave(s->nodeId, reason, monotonicNow());
     dispatch(job, notices, fx);
@@ -453,6 +481,7 @@ class RendezvousService::Impl {
       std::optional<Micros> next;
       for (auto& [id, job] : jobs_) {
         auto d = job.state->nextDeadline();
+        if (job.sessions.empty() && (!d || job.idleSince + idleLimit() < *d)) d = job.idleSince + idleLimit();
         if (d && (!next || *d < *next)) next = d;
       }
       if (next) {
@@ -468,6 +497,10 @@ class RendezvousService::Impl {
         auto d = job.state->nextDeadline();
         if (d && *d <= now) dispatch(job, job.state->tick(now), &fx);
         bool finished = job.state->phase() == RendezvousState::Phase::kClosed && job.sessions.empty();
+        if (!finished && job.sessions.empty() && now >= job.idleSince + idleLimit()) {
+          spdlog::info("job '{}': forgotten after {} without an agent", job.runId, millis(now - job.idleSince));
+          finished = true;
+        }
         if (finished) jobGoneLocked(job.runId);
         it = finished ? jobs_.erase(it) : std::next(it);
       }

@@ -22,6 +22,8 @@ struct RendezvousServiceOptions {
   // A finished job is forgotten (its last agent left, or a new run reuses its id), so the store
   // frees its keys.
   std::function<void(const std::string& runId)> onJobGone;
+  // A job that no agent is connected to is forgotten after this long.
+  std::chrono::milliseconds jobIdleTimeout{std::chrono::minutes(2)};
 };
 
 class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ddprun {
 
@@ -48,7 +49,7 @@ void RunScopedStore::set(const StoreScope& scope, const std::string& key, std::s
     std::lock_guard lock(mutex_);
     checkOpen();
     Round& r = round(scope);
-    r.values[key] = std::move(value);
+    put(scope, r, key, std::move(value));
     keyCreated(r, key, done);
   }
   runCompletions(done);
@@ -86,7 +87,7 @@ int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int
       throw StateError("adding " + std::to_string(delta) + " to store key " + describe(scope, key) +
                        " overflows int64");
     }
-    r.values[key] = std::to_string(result);
+    put(scope, r, key, std::to_string(result));
     keyCreated(r, key, done);
   }
   runCompletions(done);
@@ -109,12 +110,12 @@ std::string RunScopedStore::compareSet(const StoreScope& scope, const std::strin
     if (it == r.values.end()) {
       if (expected.empty()) {
         result = desired;
-        r.values.emplace(key, std::move(desired));
+        put(scope, r, key, std::move(desired));
         keyCreated(r, key, done);
       }
     } else {
-      if (it->second == expected) it->second = std::move(desired);
-      result = it->second;
+      if (it->second == expected) put(scope, r, key, std::move(desired));
+      result = r.values.at(key);
     }
   }
   runCompletions(done);
@@ -147,7 +148,17 @@ bool RunScopedStore::deleteKey(const StoreScope& scope, const std::string& key) 
   auto run = runs_.find(scope.runId);
   if (run == runs_.end()) return false;
   auto r = run->second.rounds.find(scope.round);
-  return r != run->second.rounds.end() && r->second.values.erase(key) > 0;
+  if (r == run->second.rounds.end()) return false;
+  auto it = r->second.values.find(key);
+  if (it == r->second.values.end()) return false;
+  const std::size_t cost = it->first.size() + it->second.size();
+  r->second.values.erase(it);
+  r->second.bytes -= cost;
+  run->second.bytes -= cost;
+  run->second.keys -= 1;
+  totalBytes_ -= cost;
+  totalKeys_ -= 1;
+  return true;
 }
 
 int64_t RunScopedStore::numKeys(const StoreScope& scope) const {
@@ -222,6 +233,7 @@ void RunScopedStore::dropRoundsBefore(const std::string& runId, uint64_t round) 
     auto& rounds = run->second.rounds;
     for (auto it = rounds.begin(); it != rounds.end() && it->first < round;) {
       failWaitersOf(it->second, done);
+      uncount(run->second, it->second);
       it = rounds.erase(it);
     }
   }
@@ -234,7 +246,10 @@ void RunScopedStore::dropRun(const std::string& runId) {
     std::lock_guard lock(mutex_);
     auto run = runs_.find(runId);
     if (run == runs_.end()) return;
-    for (auto& entry : run->second.rounds) failWaitersOf(entry.second, done);
+    for (auto& entry : run->second.rounds) {
+      failWaitersOf(entry.second, done);
+      uncount(run->second, entry.second);
+    }
     runs_.erase(run);
   }
   runCompletions(done);
@@ -247,6 +262,7 @@ void RunScopedStore::close() {
     closed_ = true;
     while (!waiters_.empty()) finishWaiter(waiters_.begin()->first, false, done);
     runs_.clear();
+    totalBytes_ = totalKeys_ = 0;
   }
   runCompletions(done);
 }
@@ -269,6 +285,41 @@ const RunScopedStore::Round* RunScopedStore::findRound(const StoreScope& scope) 
 
 RunScopedStore::Round& RunScopedStore::round(const StoreScope& scope) {
   return runs_[scope.runId].rounds[scope.round];
+}
+
+void RunScopedStore::put(const StoreScope& scope, Round& r, const std::string& key, std::string value) {
+  Run& run = runs_[scope.runId];
+  auto it = r.values.find(key);
+  const std::size_t oldCost = it == r.values.end() ? 0 : key.size() + it->second.size();
+  const std::size_t newCost = key.size() + value.size();
+  const std::size_t newKeys = it == r.values.end() ? 1 : 0;
+  auto refuse = [&](const std::string& what, std::size_t used, std::size_t limit) {
+    throw CapacityError("store full: " + what + " holds " + std::to_string(used) + " of at most " +
+                        std::to_string(limit) + "; writing '" + printable(key, 64) + "' (" +
+                        std::to_string(newCost) + " bytes) was refused");
+  };
+  if (newCost > oldCost) {
+    const std::size_t more = newCost - oldCost;
+    if (run.bytes + more > options_.maxBytesPerRun) refuse("run '" + scope.runId + "' (bytes)", run.bytes, options_.maxBytesPerRun);
+    if (totalBytes_ + more > options_.maxBytesTotal) refuse("the server (bytes, every run)", totalBytes_, options_.maxBytesTotal);
+  }
+  if (newKeys) {
+    if (run.keys + 1 > options_.maxKeysPerRun) refuse("run '" + scope.runId + "' (keys)", run.keys, options_.maxKeysPerRun);
+    if (totalKeys_ + 1 > options_.maxKeysTotal) refuse("the server (keys, every run)", totalKeys_, options_.maxKeysTotal);
+  }
+  r.values[key] = std::move(value);
+  r.bytes = r.bytes - oldCost + newCost;
+  run.bytes = run.bytes - oldCost + newCost;
+  totalBytes_ = totalBytes_ - oldCost + newCost;
+  run.keys += newKeys;
+  totalKeys_ += newKeys;
+}
+
+void RunScopedStore::uncount(Run& run, const Round& r) {
+  run.bytes -= r.bytes;
+  run.keys -= r.values.size();
+  totalBytes_ -= r.bytes;
+  totalKeys_ -= r.values.size();
 }
 
 bool RunScopedStore::allPresent(const Round& r, const std::vector<std::string>& keys) const {

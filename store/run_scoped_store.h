@@ -32,9 +32,17 @@ struct StoreScope {
   uint64_t round = 0;
 };
 
+// Bounds on what the store holds, so that one job (or a client that is not one) cannot take the
+// server's memory: a write past one is refused with CapacityError (RESOURCE_EXHAUSTED) naming it.
+// A key's cost is its key plus its value. The defaults leave a real job's bootstrap (ids and
+// addresses, a few KB per rank) several orders of magnitude of room.
 struct RunScopedStoreOptions {
-  // Pending waiters one run may hold; a runaway job must not exhaust the server's memory.
+  // Pending waiters one run may hold.
   std::size_t maxWaitersPerRun = 65536;
+  std::size_t maxBytesPerRun = std::size_t{256} << 20;  // 256 MiB
+  std::size_t maxKeysPerRun = 100000;
+  std::size_t maxBytesTotal = std::size_t{1} << 30;  // 1 GiB, every run together
+  std::size_t maxKeysTotal = 1000000;
 };
 
 class RunScopedStore {
@@ -99,12 +107,15 @@ class RunScopedStore {
  private:
   struct Round {
     std::unordered_map<std::string, std::string> values;
+    std::size_t bytes = 0;  // keys plus values
     // Pending waits by the keys they wait for, so that a set wakes only its own waiters.
     std::unordered_map<std::string, std::unordered_set<WaitId>> watchers;
   };
   struct Run {
     std::map<uint64_t, Round> rounds;
     std::size_t waiters = 0;
+    std::size_t bytes = 0;
+    std::size_t keys = 0;
   };
   struct Waiter {
     StoreScope scope;
@@ -116,6 +127,10 @@ class RunScopedStore {
   using Completions = std::vector<std::pair<WaitCallback, bool>>;
 
   void checkOpen() const;
+  // Stores `value` under `key`, within the limits (CapacityError otherwise, nothing changed).
+  void put(const StoreScope& scope, Round& r, const std::string& key, std::string value);
+  // Forgets a round's keys in every count.
+  void uncount(Run& run, const Round& r);
   const Round* findRound(const StoreScope& scope) const;
   Round& round(const StoreScope& scope);
   bool allPresent(const Round& round, const std::vector<std::string>& keys) const;
@@ -129,6 +144,8 @@ class RunScopedStore {
   const RunScopedStoreOptions options_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, Run> runs_;
+  std::size_t totalBytes_ = 0;
+  std::size_t totalKeys_ = 0;
   std::unordered_map<WaitId, Waiter> waiters_;
   std::set<std::pair<TimePoint, WaitId>> deadlines_;
   WaitId nextWaitId_ = 1;

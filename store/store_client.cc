@@ -74,6 +74,8 @@ class StoreClient::Impl {
         throw StateError(msg);
       case grpc::StatusCode::INVALID_ARGUMENT:
         throw ConfigError(msg);
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+        throw CapacityError(msg);
       default:
         throw Error(msg);
     }

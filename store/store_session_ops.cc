@@ -22,6 +22,8 @@ grpc::Status statusFromCurrentException() {
     return {grpc::StatusCode::UNAVAILABLE, e.what()};
   } catch (const StateError& e) {
     return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+  } catch (const CapacityError& e) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, e.what()};
   } catch (const std::bad_alloc&) {
     return {grpc::StatusCode::RESOURCE_EXHAUSTED, "the store is out of memory"};
   } catch (const std::exception& e) {

@@ -246,7 +246,7 @@ TEST_CASE("security: raw TCP garbage neither crashes the server nor disturbs job
 TEST_CASE("security: silent connections are closed after the handshake timeout, idle ones after the idle timeout",
           "[security]") {
   Watchdog dog(60s, "connection timeouts");
-  ddprun::RendezvousServerOptions options{"127.0.0.1", 0, ""};
+  ddprun::RendezvousServerOptions options = loopbackServer();
   options.handshakeTimeout = 500ms;
   options.idleTimeout = 1500ms;
   TestServer server(options);
@@ -281,7 +281,7 @@ TEST_CASE("security: silent connections are closed after the handshake timeout, 
 
 TEST_CASE("security: a peer that stops answering is dropped after the keepalive", "[security]") {
   Watchdog dog(60s, "server keepalive");
-  ddprun::RendezvousServerOptions options{"127.0.0.1", 0, ""};
+  ddprun::RendezvousServerOptions options = loopbackServer();
   options.keepalive = 500ms;
   options.idleTimeout = 60s;  // not what closes it here
   TestServer server(options);

@@ -82,9 +82,18 @@ class Watchdog {
   std::thread thread_;
 };
 
+// Options of a server on 127.0.0.1, any port, with every other setting at its default.
+inline ddprun::RendezvousServerOptions loopbackServer(std::string token = "") {
+  ddprun::RendezvousServerOptions options;
+  options.bindAddress = "127.0.0.1";
+  options.port = 0;
+  options.token = std::move(token);
+  return options;
+}
+
 // A real RendezvousServer on 127.0.0.1, any port; shut down when the test ends.
 struct TestServer {
-  explicit TestServer(std::string token = "") : TestServer(ddprun::RendezvousServerOptions{"127.0.0.1", 0, std::move(token)}) {}
+  explicit TestServer(std::string token = "") : TestServer(loopbackServer(std::move(token))) {}
   explicit TestServer(ddprun::RendezvousServerOptions options) : server(std::move(options)) { REQUIRE(server.port() > 0); }
   ~TestServer() { stop(); }
   // Shuts down (bounded: the watchdog catches a hang) and returns how long it took.

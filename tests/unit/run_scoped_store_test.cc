@@ -301,3 +301,47 @@ TEST_CASE("each of many concurrent waits is called back exactly once", "[store]"
     CHECK(probes[i].satisfied == (i % 2 == 1));
   }
 }
+
+TEST_CASE("limits: a run's bytes and keys are capped, and the refusal names the limit", "[store][limits]") {
+  ddprun::RunScopedStoreOptions o;
+  o.maxBytesPerRun = 100;
+  o.maxKeysPerRun = 3;
+  RunScopedStore store(o);
+  const StoreScope s{"job", 1};
+  store.set(s, "a", std::string(40, 'x'));  // 41 bytes
+  store.set(s, "b", std::string(40, 'x'));  // 82
+  CHECK_THROWS_MATCHES(store.set(s, "c", std::string(40, 'x')), ddprun::CapacityError,
+                       Catch::Matchers::Predicate<ddprun::CapacityError>([](const auto& e) {
+                         return std::string(e.what()).find("run 'job' (bytes)") != std::string::npos;
+                       }));
+  CHECK_FALSE(store.get(s, "c").has_value());  // nothing changed
+  store.set(s, "a", std::string(10, 'x'));      // replacing with a smaller value frees room
+  store.set(s, "c", std::string(40, 'x'));
+  CHECK_THROWS_AS(store.add(s, "d", 1), ddprun::CapacityError);  // a fourth key
+  CHECK_THROWS_AS(store.compareSet(s, "d", "", "v"), ddprun::CapacityError);  // and through compareSet
+  CHECK(store.numKeys(s) == 3);
+  CHECK(store.deleteKey(s, "c"));
+  CHECK(store.add(s, "d", 1) == 1);  // a deleted key frees its room
+  // Another round of the same run shares the run's budget; dropping rounds returns it.
+  const StoreScope next{"job", 2};
+  CHECK_THROWS_AS(store.set(next, "e", std::string(60, 'x')), ddprun::CapacityError);
+  store.dropRoundsBefore("job", 2);
+  store.set(next, "e", std::string(60, 'x'));
+  // Other runs are not affected by this run's use.
+  store.set({"other", 1}, "a", std::string(90, 'x'));
+}
+
+TEST_CASE("limits: every run together is capped, and dropping a run gives the room back", "[store][limits]") {
+  ddprun::RunScopedStoreOptions o;
+  o.maxBytesTotal = 100;
+  o.maxKeysTotal = 4;
+  RunScopedStore store(o);
+  store.set({"a", 1}, "k", std::string(60, 'x'));
+  CHECK_THROWS_WITH(store.set({"b", 1}, "k", std::string(60, 'x')), Catch::Contains("the server (bytes, every run)"));
+  store.set({"b", 1}, "k1", "1");
+  store.set({"b", 1}, "k2", "2");
+  store.set({"b", 1}, "k3", "3");
+  CHECK_THROWS_WITH(store.set({"c", 1}, "k", "v"), Catch::Contains("the server (keys, every run)"));
+  store.dropRun("a");
+  store.set({"c", 1}, "k", std::string(60, 'x'));
+}
