@@ -1,10 +1,13 @@
 #include "common/net.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -81,6 +84,34 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defau
     port = static_cast<int>(*parsed);
   }
   return {host, port};
+}
+
+namespace {
+
+// The address as 16 bytes of IPv6, IPv4 mapped into it; nullopt for anything else.
+std::optional<std::array<unsigned char, 16>> ipBytes(const std::string& text) {
+  std::array<unsigned char, 16> out{};
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    out[10] = out[11] = 0xff;
+    std::memcpy(out.data() + 12, &v4, 4);
+    return out;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    std::memcpy(out.data(), &v6, 16);
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<bool> sameAddress(const std::string& a, const std::string& b) {
+  auto x = ipBytes(a);
+  auto y = ipBytes(b);
+  if (!x || !y) return std::nullopt;
+  return *x == *y;
 }
 
 }  // namespace ddprun

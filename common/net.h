@@ -1,6 +1,7 @@
 // Host names and ports.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -19,5 +20,9 @@ int findFreePort(const std::string& host);
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, int defaultPort);
 // Joins host and port, bracketing IPv6 hosts.
 std::string joinHostPort(const std::string& host, int port);
+
+// Whether two texts are IP addresses of the same host ("::ffff:10.0.0.1" is "10.0.0.1"); nullopt
+// when either is not an IP address (a host name: telling would take a DNS lookup).
+std::optional<bool> sameAddress(const std::string& a, const std::string& b);
 
 }  // namespace ddprun

@@ -66,7 +66,7 @@ class RendezvousServer::Impl {
         options_.token,
         [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); },
         [this](const std::string& runId) { store_->store().dropRun(runId); },
-        options_.jobIdleTimeout});
+        options_.jobIdleTimeout, options_.requireHostMatch});
     store_ = std::make_unique<StoreService>(StoreServiceOptions{
         options_.token,
         [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }},

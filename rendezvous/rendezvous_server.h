@@ -34,6 +34,9 @@ struct RendezvousServerOptions {
   // A job that no agent is connected to is forgotten after this long, its store keys with it, so
   // that an abandoned job neither holds memory nor squats its run id until its join timeout.
   std::chrono::milliseconds jobIdleTimeout{std::chrono::minutes(2)};
+  // Refuse a node whose reported address (--local_addr) is not the one it connected from (else a
+  // warning): see RendezvousServiceOptions::requireHostMatch.
+  bool requireHostMatch = false;
 };
 
 // Raises this process's soft limit on open files to its hard limit, for a process that hosts a

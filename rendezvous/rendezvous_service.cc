@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "store/grpc_util.h"
 #include "rendezvous/state_machine.h"
@@ -352,6 +353,17 @@ class RendezvousService::Impl {
     if (auto problem = RendezvousState::validateRules(rules)) {
       post(s, rejection(pb::Rejected::MALFORMED, "invalid job rules: " + *problem), true, fx);
       return false;
+    }
+    if (!join.host().empty() && sameAddress(join.host(), s->peer()) == false) {
+      if (options_.requireHostMatch) {
+        post(s,
+             rejection(pb::Rejected::MALFORMED, "reported host " + join.host() + " is not the address " + s->peer() +
+                                                    " this node connected from"),
+             true, fx);
+        return false;
+      }
+      spdlog::warn("job '{}': node {} reports host {} but connected from {}; it becomes MASTER_ADDR if it holds rank 0",
+                   join.run_id(), join.node_id(), join.host(), s->peer());
     }
     Micros now = monotonicNow();
     auto it = jobs_.find(join.run_id());

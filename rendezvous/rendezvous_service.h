@@ -24,6 +24,10 @@ struct RendezvousServiceOptions {
   std::function<void(const std::string& runId)> onJobGone;
   // A job that no agent is connected to is forgotten after this long.
   std::chrono::milliseconds jobIdleTimeout{std::chrono::minutes(2)};
+  // An agent may report its own address (--local_addr), which becomes MASTER_ADDR for the others
+  // when it holds group rank 0. When it is an IP address other than the one the agent connected
+  // from, the server warns; with this set, it refuses the join instead.
+  bool requireHostMatch = false;
 };
 
 class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {

@@ -172,3 +172,33 @@ TEST_CASE("identity: a leave reason with control characters is logged escaped", 
   CHECK_THAT(logs.text(), !Contains("bye\n"));
   CHECK_THAT(logs.text(), Contains("cleared"));
 }
+
+TEST_CASE("identity: a reported address other than the connection's is warned about, or refused when required",
+          "[bounds]") {
+  Watchdog dog(60s, "identity: host match");
+  {
+    LogCapture logs;
+    TestServer server;
+    auto m = joinMessage("claims", "node-c", jobRules(1, 1), 1);
+    m.mutable_join()->set_host("192.0.2.99");
+    Session s(server.address());
+    REQUIRE(s.send(m));
+    CHECK(expectAssigned(s).master_addr() == "192.0.2.99");
+    CHECK_THAT(logs.text(), Contains("reports host 192.0.2.99 but connected from 127.0.0.1"));
+  }
+  auto options = loopbackServer();
+  options.requireHostMatch = true;
+  TestServer strict(options);
+  auto m = joinMessage("claims", "node-c", jobRules(1, 1), 1);
+  m.mutable_join()->set_host("192.0.2.99");
+  auto r = rejectedJoin(strict, m, pb::Rejected::MALFORMED);
+  CHECK_THAT(r.message(), Contains("not the address 127.0.0.1"));
+  // The connection's own address, in any spelling, and a host name (no lookup) are accepted.
+  for (std::string host : {"127.0.0.1", "::ffff:127.0.0.1", "localhost"}) {
+    auto ok = joinMessage("own-" + std::to_string(host.size()), "node-d", jobRules(1, 1), 1);
+    ok.mutable_join()->set_host(host);
+    Session s(strict.address());
+    REQUIRE(s.send(ok));
+    CHECK(expectAssigned(s).master_addr() == host);
+  }
+}

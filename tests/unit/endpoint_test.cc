@@ -82,3 +82,13 @@ TEST_CASE("endpoint: joinHostPort brackets IPv6 and round-trips through parseEnd
     CHECK(parseEndpoint(joinHostPort(e.first, e.second), 29400) == e);
   }
 }
+
+TEST_CASE("sameAddress: IP addresses of one host in any spelling; host names are not compared", "[net]") {
+  CHECK(ddprun::sameAddress("127.0.0.1", "127.0.0.1") == true);
+  CHECK(ddprun::sameAddress("::ffff:127.0.0.1", "127.0.0.1") == true);
+  CHECK(ddprun::sameAddress("2001:db8::1", "2001:0db8:0:0::1") == true);
+  CHECK(ddprun::sameAddress("192.0.2.1", "192.0.2.2") == false);
+  CHECK(ddprun::sameAddress("::1", "127.0.0.1") == false);
+  CHECK_FALSE(ddprun::sameAddress("localhost", "127.0.0.1").has_value());
+  CHECK_FALSE(ddprun::sameAddress("", "").has_value());
+}
