@@ -19,7 +19,10 @@ namespace ddprun {
 class ElasticAgent::Impl {
  public:
   Impl(boost::asio::io_context& io, Rendezvous& rendezvous, ProcessSupervisor& supervisor, AgentOptions options)
-      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)) {}
+      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)) {
+    if (!options_.stdoutConsole) options_.stdoutConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{1});
+    if (!options_.stderrConsole) options_.stderrConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{2});
+  }
 
   void start(ElasticAgent* self, std::function<void(int)> onFinished) {
     onFinished_ = std::move(onFinished);
@@ -159,8 +162,8 @@ class ElasticAgent::Impl {
     bool shown = log.consoleRanks.empty() || log.consoleRanks.count(localRank);
     auto& out = spec.output;
     out.prefix = expandPrefix(log.prefixTemplate, PrefixFields{spec.rank, localRank, options_.role, options_.host});
-    out.stdoutToConsole = shown && (!(redirected & kStdout) || (teed & kStdout));
-    out.stderrToConsole = shown && (!(redirected & kStderr) || (teed & kStderr));
+    if (shown && (!(redirected & kStdout) || (teed & kStdout))) out.stdoutConsole = options_.stdoutConsole;
+    if (shown && (!(redirected & kStderr) || (teed & kStderr))) out.stderrConsole = options_.stderrConsole;
     if (options_.writeLogFiles || ((redirected | teed) & kStdout)) out.stdoutFile = (dir / "stdout.log").string();
     if (options_.writeLogFiles || ((redirected | teed) & kStderr)) out.stderrFile = (dir / "stderr.log").string();
     return spec;
@@ -227,9 +230,7 @@ class ElasticAgent::Impl {
     // also prints their report.
     const bool firstIsElsewhere = jobFailure_ && (!lastFailure_ || jobFailure_->rank != lastFailure_->first.rank);
     if (lastFailure_) {
-      ::fflush(stdout);
-      std::string report = formatFailureReport(*lastFailure_);
-      writeAll(STDERR_FILENO, report);
+      options_.stderrConsole->write(formatFailureReport(*lastFailure_));
     }
     if (firstIsElsewhere) {
       spdlog::error("job failed: worker rank {}{} {} ({})", jobFailure_->rank,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/console_writer.h"
 #include "agent/log_options.h"
 #include "agent/process_supervisor.h"
 #include "rendezvous/rendezvous.h"
@@ -40,6 +41,10 @@ struct AgentOptions {
   // kept (LogOptions::logDir set, or redirects/tee ask for files).
   std::string runDir;
   bool writeLogFiles = false;
+  // ddprun's stdout and stderr (worker lines, the failure report); null: the agent makes writers
+  // on fds 1 and 2.
+  std::shared_ptr<ConsoleWriter> stdoutConsole;
+  std::shared_ptr<ConsoleWriter> stderrConsole;
 };
 
 class ElasticAgent final : public RendezvousListener {

@@ -7,6 +7,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <deque>
 
+#include "agent/console_writer.h"
 #include "agent/line_splitter.h"
 #include "common/error.h"
 #include "common/unique_fd.h"
@@ -15,8 +16,9 @@ namespace ddprun {
 
 class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
  public:
-  Stream(boost::asio::io_context& io, int consoleFd, std::string prefix, const std::string& filePath, size_t tailLines)
-      : consoleFd_(consoleFd), prefix_(std::move(prefix)), tailLines_(tailLines), descriptor_(io) {
+  Stream(boost::asio::io_context& io, std::shared_ptr<ConsoleWriter> console, std::string prefix,
+         const std::string& filePath, size_t tailLines)
+      : console_(std::move(console)), prefix_(std::move(prefix)), tailLines_(tailLines), descriptor_(io) {
     Pipe pipe = makePipe();
     write_ = std::move(pipe.write);
     descriptor_.assign(pipe.read.release());
@@ -77,18 +79,18 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
       splitter_.feed(chunk, [&](std::string_view line) { emit(line, &console); });
     }
     if (!open) splitter_.finish([&](std::string_view line) { emit(line, &console); });
-    if (!console.empty()) writeAll(consoleFd_, console);
+    if (!console.empty()) console_->write(console);
     return open;
   }
 
   void finish() {
     std::string console;
     splitter_.finish([&](std::string_view line) { emit(line, &console); });
-    if (!console.empty()) writeAll(consoleFd_, console);
+    if (!console.empty()) console_->write(console);
   }
 
   void emit(std::string_view line, std::string* console) {
-    if (consoleFd_ >= 0) {
+    if (console_) {
       console->append(prefix_);
       console->append(line);
       console->push_back('\n');
@@ -99,7 +101,7 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
     }
   }
 
-  int consoleFd_;
+  std::shared_ptr<ConsoleWriter> console_;
   std::string prefix_;
   size_t tailLines_;
   boost::asio::posix::stream_descriptor descriptor_;
@@ -111,10 +113,9 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
 };
 
 WorkerOutput::WorkerOutput(boost::asio::io_context& io, const WorkerOutputOptions& options)
-    : out_(std::make_shared<Stream>(io, options.stdoutToConsole ? STDOUT_FILENO : -1, options.prefix,
-                                    options.stdoutFile, 0)),
-      err_(std::make_shared<Stream>(io, options.stderrToConsole ? STDERR_FILENO : -1, options.prefix,
-                                    options.stderrFile, options.tailLines)) {}
+    : out_(std::make_shared<Stream>(io, options.stdoutConsole, options.prefix, options.stdoutFile, 0)),
+      err_(std::make_shared<Stream>(io, options.stderrConsole, options.prefix, options.stderrFile,
+                                    options.tailLines)) {}
 
 WorkerOutput::~WorkerOutput() { close(); }
 

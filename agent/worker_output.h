@@ -13,10 +13,13 @@ class io_context;
 
 namespace ddprun {
 
+class ConsoleWriter;
+
 struct WorkerOutputOptions {
   std::string prefix;            // put before every console line
-  bool stdoutToConsole = true;
-  bool stderrToConsole = true;
+  // Where console lines go (ddprun's stdout and stderr); null: this stream is not shown.
+  std::shared_ptr<ConsoleWriter> stdoutConsole;
+  std::shared_ptr<ConsoleWriter> stderrConsole;
   std::string stdoutFile;        // empty = no file
   std::string stderrFile;
   size_t tailLines = 20;         // stderr lines remembered for the failure summary

@@ -19,7 +19,7 @@ void setupLogging(const std::string& level) {
     throw ConfigError("invalid log level '" + level + "' (use debug, info, warning, error, critical or off)");
   }
   auto logger = std::make_shared<spdlog::logger>("ddprun", std::make_shared<spdlog::sinks::stderr_sink_st>());
-  logger->set_pattern("[ddprun %L %H:%M:%S.%e] %v");
+  logger->set_pattern(kLogPattern);
   logger->set_level(parsed);
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);

@@ -14,6 +14,8 @@
 #include <iostream>
 #include <random>
 
+#include "agent/console_log_sink.h"
+#include "agent/console_writer.h"
 #include "agent/elastic_agent.h"
 #include "launcher/cli.h"
 #include "agent/posix_process_supervisor.h"
@@ -94,6 +96,12 @@ LocalRendezvousOptions rendezvousOptions(const LaunchConfig& cfg) {
 
 int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the agent; workers get it back
+  // The console never blocks supervision: worker lines, the failure report and ddprun's own log
+  // are queued (bounded) and written by threads of their own; lines nobody reads are dropped and
+  // counted there, never in the log files.
+  auto console = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{STDOUT_FILENO});
+  auto consoleErr = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{STDERR_FILENO});
+  ConsoleLogRoute logRoute(consoleErr);
   boost::asio::io_context io;
   boost::asio::signal_set signals(io);
   for (int sig : cfg.signalsToHandle) signals.add(sig);
@@ -113,6 +121,8 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   }
   AgentOptions options = agentOptions(cfg, runDir.path());
   if (!cfg.tokenFile.empty()) options.inherited.set("DDPRUN_RDZV_TOKEN_FILE", cfg.tokenFile);
+  options.stdoutConsole = console;
+  options.stderrConsole = consoleErr;
   ElasticAgent agent(io, *rendezvous, supervisor, std::move(options));
 
   std::function<void()> waitForSignal = [&] {
@@ -134,6 +144,10 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   // of the job before it stops.
   rendezvous.reset();
   if (multiNode.server) multiNode.server->shutdown(std::chrono::seconds(2));
+  // What the console still holds gets a bounded chance; a console nobody reads cannot keep ddprun
+  // from exiting with the job's status.
+  console->flush(std::chrono::seconds(2));
+  consoleErr->flush(std::chrono::seconds(2));
   return status;
 }
 

@@ -40,6 +40,9 @@ struct AgentSetup {
 // stderr is captured (the failure summary and worker output land there).
 struct AgentHarness {
   OutputCapture err{2};
+  // The agent's console writers, on the captured stderr (and the test's stdout).
+  std::shared_ptr<ddprun::ConsoleWriter> consoleOut = std::make_shared<ddprun::ConsoleWriter>(ddprun::ConsoleWriterOptions{1});
+  std::shared_ptr<ddprun::ConsoleWriter> consoleErr = std::make_shared<ddprun::ConsoleWriter>(ddprun::ConsoleWriterOptions{2});
   boost::asio::io_context io;
   TempDir runDir;
   FakeProcessSupervisor supervisor;
@@ -70,10 +73,20 @@ struct AgentHarness {
     o.writeLogFiles = setup.writeLogFiles;
     o.virtualLocalRank = setup.virtualLocalRank;
     o.role = setup.role;
+    o.stdoutConsole = consoleOut;
+    o.stderrConsole = consoleErr;
     agent = std::make_unique<ElasticAgent>(io, rendezvous, supervisor, std::move(o));
   }
 
   ~AgentHarness() { agent.reset(); }
+
+  // What reached the captured stderr, once the console writer has written everything queued.
+  std::string errText() {
+    REQUIRE(consoleErr->flush(std::chrono::seconds(10)));
+    return err.text();
+  }
+  // Everything queued for stdout is written (for tests that capture fd 1 themselves).
+  void flushStdout() { REQUIRE(consoleOut->flush(std::chrono::seconds(10))); }
 
   void start() {
     agent->start([this](int status) { statuses.push_back(status); });
@@ -164,7 +177,7 @@ TEST_CASE("agent stops the others when a worker fails and finishes with its exit
   CHECK(h.supervisor.spawned().size() == 3);  // no restart
   CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});  // no SIGKILL needed
 
-  std::string summary = h.err.text();
+  std::string summary = h.errText();
   CHECK_THAT(summary, Catch::Contains("train_prog FAILED"));
   CHECK_THAT(summary, Catch::Contains("rank      : 1 (local_rank: 1)"));
   CHECK_THAT(summary, Catch::Contains("exitcode  : 3"));
@@ -182,7 +195,7 @@ TEST_CASE("agent finishes with 128+N when a worker is killed by signal N", "[age
   h.supervisor.exitProcess(1001, 0);
   h.pump();
   CHECK(h.statuses == std::vector<int>{137});
-  CHECK_THAT(h.err.text(), Catch::Contains("SIGKILL"));
+  CHECK_THAT(h.errText(), Catch::Contains("SIGKILL"));
 }
 
 TEST_CASE("agent with one worker that fails finishes with its exit code", "[agent]") {
@@ -237,7 +250,7 @@ TEST_CASE("agent restarts the workers while the budget lasts, then fails with th
   h.pump();
   CHECK(h.statuses == std::vector<int>{5});
   CHECK(h.supervisor.spawned().size() == 6);
-  CHECK_THAT(h.err.text(), Catch::Contains("exitcode  : 5"));
+  CHECK_THAT(h.errText(), Catch::Contains("exitcode  : 5"));
 }
 
 TEST_CASE("agent succeeds when a restarted attempt succeeds", "[agent]") {
@@ -353,7 +366,7 @@ TEST_CASE("a worker that cannot be spawned fails the job with 127", "[agent]") {
   h.supervisor.killProcess(1000, SIGTERM);
   h.pump();
   CHECK(h.statuses == std::vector<int>{127});
-  CHECK_THAT(h.err.text(), Catch::Contains("could not start"));
+  CHECK_THAT(h.errText(), Catch::Contains("could not start"));
 }
 
 TEST_CASE("the failure summary shows the worker's error file and last stderr lines", "[agent]") {
@@ -370,7 +383,7 @@ TEST_CASE("the failure summary shows the worker's error file and last stderr lin
   h.supervisor.killProcess(1000, SIGTERM);
   h.pump();
   CHECK(h.statuses == std::vector<int>{1});
-  std::string text = h.err.text();
+  std::string text = h.errText();
   CHECK_THAT(text, Catch::Contains("[default1]:about to raise"));  // the console copy
   CHECK_THAT(text, Catch::Contains("message   : ValueError: boom"));
   CHECK_THAT(text, Catch::Contains("Traceback (most recent call last):"));
@@ -388,7 +401,7 @@ TEST_CASE("the failure summary lists other workers that failed on their own", "[
   h.supervisor.killProcess(1002, SIGTERM);
   h.pump();
   CHECK(h.statuses == std::vector<int>{3});
-  std::string text = h.err.text();
+  std::string text = h.errText();
   CHECK_THAT(text, Catch::Contains("rank 1 (local_rank: 1): exitcode 4"));
   CHECK_THAT(text, !Catch::Contains("rank 2 (local_rank: 2)"));
 }
@@ -403,7 +416,7 @@ TEST_CASE("a stale error file from an earlier run is removed before the workers 
   h.supervisor.exitProcess(1000, 2);
   h.pump();
   CHECK(h.statuses == std::vector<int>{2});
-  CHECK_THAT(h.err.text(), !Catch::Contains("STALE MESSAGE"));
+  CHECK_THAT(h.errText(), !Catch::Contains("STALE MESSAGE"));
 }
 
 TEST_CASE("an interrupted round stops the workers and the next round starts them again", "[agent]") {
@@ -483,11 +496,12 @@ TEST_CASE("redirects send a worker's output to its files, not to the console", "
   CHECK(ddprun::test::readFile(dir0 + "stderr.log") == "rank0 stderr\n");
   CHECK_FALSE(std::filesystem::exists(dir1 + "stdout.log"));  // rank 1 asked for no files
   CHECK_FALSE(std::filesystem::exists(dir1 + "stderr.log"));
+  h.flushStdout();
   std::string console = out.text();
   out.restore();
   CHECK_THAT(console, !Catch::Contains("rank0 stdout"));
   CHECK_THAT(console, Catch::Contains("<1>rank1 stdout\n"));
-  CHECK_THAT(h.err.text(), Catch::Contains("<0>rank0 stderr\n"));
+  CHECK_THAT(h.errText(), Catch::Contains("<0>rank0 stderr\n"));
 }
 
 TEST_CASE("local_ranks_filter hides the other ranks from the console, --log_dir keeps files", "[agent][logs]") {
@@ -500,7 +514,7 @@ TEST_CASE("local_ranks_filter hides the other ranks from the console, --log_dir 
   h.supervisor.exitProcess(1000, 0);
   h.supervisor.exitProcess(1001, 0);
   h.pump();
-  std::string console = h.err.text();
+  std::string console = h.errText();
   CHECK_THAT(console, !Catch::Contains("from rank zero"));
   CHECK_THAT(console, Catch::Contains("[default1]:from rank one\n"));
   CHECK(ddprun::test::readFile(h.runDir.path() + "/attempt_0/0/stderr.log") == "from rank zero\n");
@@ -555,7 +569,7 @@ TEST_CASE("a job ended by another node's worker failure finishes with that worke
   h.supervisor.killProcess(1001, SIGTERM);
   h.pump();
   CHECK(h.statuses == std::vector<int>{7});
-  CHECK_THAT(h.err.text(), !Catch::Contains("FAILED"));  // nothing failed here to report
+  CHECK_THAT(h.errText(), !Catch::Contains("FAILED"));  // nothing failed here to report
 }
 
 TEST_CASE("a node whose own worker failed second exits with the job's first failure, reporting its own", "[agent]") {
@@ -570,7 +584,7 @@ TEST_CASE("a node whose own worker failed second exits with the job's first fail
   h.pump();
   CHECK(h.statuses == std::vector<int>{7});
   CHECK(h.supervisor.spawned().size() == 2);  // the offered round never starts
-  CHECK_THAT(h.err.text(), Catch::Contains("exitcode  : 3"));
+  CHECK_THAT(h.errText(), Catch::Contains("exitcode  : 3"));
 }
 
 TEST_CASE("the first closure of a job is the one that counts", "[agent]") {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "agent/console_writer.h"
 #include "fake_process_supervisor.h"
 #include "test_util.h"
 
@@ -32,7 +33,18 @@ size_t pump(boost::asio::io_context& io) {
   }
 }
 
-std::vector<WorkerSpec> makeSpecs(int count, int rankOffset = 0) {
+// The console writers of a test: ddprun's fds 1 and 2 (captured by the tests that read them).
+struct Consoles {
+  std::shared_ptr<ddprun::ConsoleWriter> out = std::make_shared<ddprun::ConsoleWriter>(ddprun::ConsoleWriterOptions{1});
+  std::shared_ptr<ddprun::ConsoleWriter> err = std::make_shared<ddprun::ConsoleWriter>(ddprun::ConsoleWriterOptions{2});
+  // The writers are asynchronous: what was queued is on the fds once this returns.
+  void flush() {
+    REQUIRE(out->flush(std::chrono::seconds(10)));
+    REQUIRE(err->flush(std::chrono::seconds(10)));
+  }
+};
+
+std::vector<WorkerSpec> makeSpecs(int count, int rankOffset, const Consoles& consoles) {
   std::vector<WorkerSpec> specs;
   for (int localRank = 0; localRank < count; ++localRank) {
     WorkerSpec spec;
@@ -42,6 +54,8 @@ std::vector<WorkerSpec> makeSpecs(int count, int rankOffset = 0) {
     spec.request.args = {"--worker", std::to_string(localRank)};
     spec.request.env.set("RANK", std::to_string(spec.rank));
     spec.output.prefix = "[test" + std::to_string(localRank) + "]:";
+    spec.output.stdoutConsole = consoles.out;
+    spec.output.stderrConsole = consoles.err;
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -49,6 +63,7 @@ std::vector<WorkerSpec> makeSpecs(int count, int rankOffset = 0) {
 
 // A worker group over a fake supervisor, recording every event.
 struct GroupHarness {
+  Consoles consoles;
   boost::asio::io_context io;
   FakeProcessSupervisor supervisor;
   std::vector<WorkerExit> failures;
@@ -61,7 +76,7 @@ struct GroupHarness {
     events.onFirstFailure = [this](const WorkerExit& exit) { failures.push_back(exit); };
     events.onSucceeded = [this] { ++succeeded; };
     events.onStopped = [this] { ++stopped; };
-    group = std::make_unique<WorkerGroup>(io, supervisor, makeSpecs(count, rankOffset), std::move(events));
+    group = std::make_unique<WorkerGroup>(io, supervisor, makeSpecs(count, rankOffset, consoles), std::move(events));
     supervisor.setExitHandler([this](const ProcessExit& exit) { group->handleExit(exit); });
   }
 };
@@ -258,6 +273,7 @@ TEST_CASE("worker output reaches the console prefixed, and stderr's last lines a
   REQUIRE(h.failures.size() == 1);
   CHECK(h.group->stderrTail(1) == std::vector<std::string>{"first line", "second line", "unfinished"});
   CHECK(h.group->stderrTail(0).empty());
+  h.consoles.flush();
   std::string errText = err.text();
   std::string outText = out.text();
   err.restore();
