@@ -36,7 +36,7 @@ bool parseConfBool(const std::string& value) {
   std::string v = lowered(value);
   if (v == "1" || v == "true" || v == "yes") return true;
   if (v == "0" || v == "false" || v == "no") return false;
-  throw ConfigError("--rdzv_conf is_host '" + value + "': expected 1/0, true/false");
+  throw ConfigError(quoted("--rdzv_conf is_host", value) + ": expected 1/0, true/false");
 }
 
 }  // namespace
@@ -64,13 +64,13 @@ double parseSecondsFlag(std::string_view flag, const std::string& value, Seconds
 
 NodeRange parseNnodes(const std::string& value) {
   auto parts = split(value, ':');
-  if (parts.size() > 2) throw ConfigError("--nnodes '" + value + "': expected N or MIN:MAX");
+  if (parts.size() > 2) throw ConfigError(quoted("--nnodes", value) + ": expected N or MIN:MAX");
   auto min = parseInt(trim(parts[0]));
   auto max = parts.size() == 2 ? parseInt(trim(parts[1])) : min;
   if (!min || !max || *min < 1 || *max < 1 || *max > kMaxNodeCount) {
-    throw ConfigError("--nnodes '" + value + "': node counts must be positive integers (N or MIN:MAX)");
+    throw ConfigError(quoted("--nnodes", value) + ": node counts must be positive integers (N or MIN:MAX)");
   }
-  if (*min > *max) throw ConfigError("--nnodes '" + value + "': MIN is larger than MAX");
+  if (*min > *max) throw ConfigError(quoted("--nnodes", value) + ": MIN is larger than MAX");
   return NodeRange{static_cast<int>(*min), static_cast<int>(*max)};
 }
 
@@ -86,7 +86,7 @@ std::vector<int> parseSignals(const std::string& value) {
       if (abbrev && bare == abbrev) sig = s;
     }
     if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
-      throw ConfigError("--signals_to_handle '" + value + "': '" + name + "' is not a signal ddprun can handle");
+      throw ConfigError(quoted("--signals_to_handle", value) + ": '" + name + "' is not a signal ddprun can handle");
     }
     sigs.push_back(sig);
   }
@@ -95,14 +95,14 @@ std::vector<int> parseSignals(const std::string& value) {
 
 void checkStartMethod(const std::string& value) {
   if (value != "spawn" && value != "fork" && value != "forkserver") {
-    throw ConfigError("--start_method '" + value + "': expected spawn, fork or forkserver");
+    throw ConfigError(quoted("--start_method", value) + ": expected spawn, fork or forkserver");
   }
 }
 
 std::string parseRdzvBackend(const std::string& value) {
   if (value == "c10d") return "grpc";
   if (value != "static" && value != "grpc") {
-    throw ConfigError("--rdzv_backend '" + value + "': expected static, grpc or c10d");
+    throw ConfigError(quoted("--rdzv_backend", value) + ": expected static, grpc or c10d");
   }
   return value;
 }
@@ -113,7 +113,7 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
   for (const auto& item : split(text, ',')) {
     if (trim(item).empty()) continue;
     auto eq = item.find('=');
-    if (eq == std::string::npos) throw ConfigError("--rdzv_conf '" + text + "': expected KEY=VALUE pairs");
+    if (eq == std::string::npos) throw ConfigError(quoted("--rdzv_conf", text) + ": expected KEY=VALUE pairs");
     std::string key(trim(item.substr(0, eq)));
     std::string value(trim(item.substr(eq + 1)));
     if (key == "join_timeout") {
@@ -125,7 +125,9 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
     } else if (key == "is_host") {
       cfg.isHost = parseConfBool(value);
     } else if (key == "token_file") {
-      if (::access(value.c_str(), R_OK) != 0) throw ConfigError("--rdzv_conf token_file '" + value + "': not readable");
+      if (::access(value.c_str(), R_OK) != 0) {
+        throw ConfigError(quoted("--rdzv_conf token_file", value) + ": not readable");
+      }
       cfg.tokenFile = value;
     } else if (!ignored.count(key)) {
       throw ConfigError("--rdzv_conf: unknown key '" + key +
