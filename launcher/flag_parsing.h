@@ -1,0 +1,68 @@
+// Parsers for one flag's value each. Pure (only --rdzv_conf's token_file looks at the file
+// system); each throws ConfigError naming the flag, the value as typed and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/launch_config.h"
+
+namespace ddprun {
+
+struct IntRange {
+  int64_t min;
+  int64_t max;
+};
+
+struct SecondsRange {
+  double min = 0;
+  double max = std::numeric_limits<double>::infinity();
+};
+
+struct NodeRange {
+  int min = 1;
+  int max = 1;
+};
+
+// The range of each numeric flag, documented here and checked nowhere else.
+inline constexpr IntRange kMasterPortRange{1, 65535};
+inline constexpr IntRange kMaxRestartsRange{0, 1000000};
+inline constexpr int kMaxNodeCount = 100000;  // --nnodes
+inline constexpr SecondsRange kMonitorIntervalRange{};
+inline constexpr SecondsRange kShutdownTimeoutRange{};
+inline constexpr SecondsRange kHangTimeoutRange{};
+inline constexpr SecondsRange kRendezvousTimeoutRange{};  // --rdzv_conf *_timeout
+
+constexpr int kDefaultRendezvousPort = 29400;
+
+// Every flag's value as read, before its parser sees it; free text (a host, a folder, a name)
+// needs nothing more. A rule for all values (such as "--x is not a value") is one line here.
+std::string parseText(std::string_view flag, const std::string& value);
+
+// A whole decimal integer within `range`, surrounding blanks allowed.
+int parseIntFlag(std::string_view flag, const std::string& value, IntRange range);
+
+// A number of seconds within `range` ("30", "0.5"), surrounding blanks allowed.
+double parseSecondsFlag(std::string_view flag, const std::string& value, SecondsRange range);
+
+// --nnodes: N, or MIN:MAX for an elastic job.
+NodeRange parseNnodes(const std::string& value);
+
+// --signals_to_handle: comma-separated names, with or without SIG (SIGTERM, HUP); not KILL,
+// STOP or CHLD, which ddprun cannot forward.
+std::vector<int> parseSignals(const std::string& value);
+
+// --start_method: accepted for torchrun compatibility; ddprun always execs.
+void checkStartMethod(const std::string& value);
+
+// --rdzv_backend: "static" or "grpc" (torchrun's c10d is an alias of grpc).
+std::string parseRdzvBackend(const std::string& value);
+
+// --rdzv_conf KEY=VALUE,...: sets cfg's rendezvous timeouts, isHost and tokenFile. torchrun's keys
+// that only tune its own store are accepted and ignored.
+void parseRendezvousConf(const std::string& text, LaunchConfig& cfg);
+
+}  // namespace ddprun

@@ -1,0 +1,71 @@
+#include "launcher/rendezvous_setup.h"
+
+#include <netdb.h>
+
+#include <random>
+#include <tuple>
+
+#include "common/error.h"
+#include "common/net.h"
+#include "launcher/flag_parsing.h"
+
+namespace ddprun {
+
+int parseNodeRank(const std::string& value, int maxNodes) {
+  return parseIntFlag("--node_rank", value, IntRange{0, maxNodes - 1});
+}
+
+void decideRendezvous(LaunchConfig& cfg, const RendezvousFlags& flags) {
+  if (cfg.standalone) {
+    // As torchrun: one node, a rendezvous of its own, a fresh id and port.
+    cfg.minNodes = cfg.maxNodes = 1;
+    cfg.runId = flags.runId.empty() ? flags.freshRunId() : flags.runId;
+    if (cfg.localAddr.empty()) cfg.masterAddr = "localhost";
+  } else {
+    cfg.runId = flags.runId.empty() ? "none" : flags.runId;
+  }
+  cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.maxNodes > 1);
+  if (!cfg.multiNode) {
+    if (!cfg.localAddr.empty()) cfg.masterAddr = cfg.localAddr;
+    return;
+  }
+  if (cfg.rdzvBackend == "grpc") {
+    if (cfg.rdzvEndpoint.empty()) {
+      throw ConfigError("--rdzv_backend=" + cfg.rdzvBackend + " needs --rdzv_endpoint HOST[:PORT]");
+    }
+    std::tie(cfg.endpointHost, cfg.endpointPort) = parseEndpoint(cfg.rdzvEndpoint, kDefaultRendezvousPort);
+    return;
+  }
+  // Static: node 0 hosts the rendezvous at --master_addr:--master_port, group rank = node rank.
+  cfg.endpointHost = cfg.masterAddr;
+  cfg.endpointPort = cfg.masterPort;
+  cfg.isHost = cfg.nodeRank == 0;
+  if (cfg.minNodes != cfg.maxNodes) {
+    throw ConfigError("--nnodes " + flags.nnodes + ": an elastic range needs --rdzv_backend=grpc (or c10d)");
+  }
+}
+
+void checkResolvable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* results = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &results);
+  if (rc != 0) throw ConfigError("rendezvous host '" + host + "' does not resolve: " + ::gai_strerror(rc));
+  ::freeaddrinfo(results);
+}
+
+std::string randomRunId() {
+  std::random_device rd;
+  std::string hex;
+  const char* digits = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) {
+    unsigned nibble = rd() & 0xf;
+    if (i == 12) nibble = 4;                 // version
+    if (i == 16) nibble = 8 | (nibble & 3);  // RFC 4122 variant
+    hex += digits[nibble];
+    if (i == 7 || i == 11 || i == 15 || i == 19) hex += '-';
+  }
+  return hex;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,162 @@
+#include "launcher/flag_parsing.h"
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "test_util.h"
+
+using ddprun::ConfigError;
+using ddprun::LaunchConfig;
+using ddprun::parseIntFlag;
+using ddprun::parseNnodes;
+using ddprun::parseRendezvousConf;
+using ddprun::parseSecondsFlag;
+using ddprun::parseSignals;
+using ddprun::SecondsRange;
+using Catch::Contains;
+
+TEST_CASE("parseText passes free text through as typed", "[cli][flag_parsing]") {
+  CHECK(ddprun::parseText("--role", " trainer ") == " trainer ");
+  CHECK(ddprun::parseText("--log_dir", "").empty());
+}
+
+TEST_CASE("parseIntFlag takes whole integers within the range", "[cli][flag_parsing]") {
+  CHECK(parseIntFlag("--master_port", "1", ddprun::kMasterPortRange) == 1);
+  CHECK(parseIntFlag("--master_port", "65535", ddprun::kMasterPortRange) == 65535);
+  CHECK(parseIntFlag("--master_port", " 123 ", ddprun::kMasterPortRange) == 123);
+  CHECK(parseIntFlag("--max_restarts", "0", ddprun::kMaxRestartsRange) == 0);
+  CHECK(parseIntFlag("--max_restarts", "1000000", ddprun::kMaxRestartsRange) == 1000000);
+}
+
+TEST_CASE("parseIntFlag names the flag, the value and the range", "[cli][flag_parsing]") {
+  CHECK_THROWS_WITH(parseIntFlag("--master_port", "70000", ddprun::kMasterPortRange),
+                    "--master_port '70000': expected an integer from 1 to 65535");
+  CHECK_THROWS_WITH(parseIntFlag("--max_restarts", "-1", ddprun::kMaxRestartsRange),
+                    "--max_restarts '-1': expected an integer from 0 to 1000000");
+  for (const char* bad : {"0", "65536", "http", "", "1.5", "12abc", "99999999999999999999"}) {
+    INFO("value '" << bad << "'");
+    CHECK_THROWS_AS(parseIntFlag("--master_port", bad, ddprun::kMasterPortRange), ConfigError);
+  }
+}
+
+TEST_CASE("parseSecondsFlag takes non-negative numbers", "[cli][flag_parsing]") {
+  CHECK(parseSecondsFlag("--shutdown_timeout", "2.5", ddprun::kShutdownTimeoutRange) == 2.5);
+  CHECK(parseSecondsFlag("--hang_timeout", "0", ddprun::kHangTimeoutRange) == 0.0);
+  CHECK(parseSecondsFlag("--monitor_interval", " 1 ", ddprun::kMonitorIntervalRange) == 1.0);
+  CHECK_THROWS_WITH(parseSecondsFlag("--shutdown_timeout", "-1", ddprun::kShutdownTimeoutRange),
+                    "--shutdown_timeout '-1': expected a non-negative number of seconds");
+  for (const char* bad : {"fast", "", "inf", "nan", "1e400", "1s"}) {
+    INFO("value '" << bad << "'");
+    CHECK_THROWS_AS(parseSecondsFlag("--hang_timeout", bad, ddprun::kHangTimeoutRange), ConfigError);
+  }
+}
+
+TEST_CASE("parseSecondsFlag names a bounded range", "[cli][flag_parsing]") {
+  SecondsRange range{0.5, 60};
+  CHECK(parseSecondsFlag("--x", "60", range) == 60.0);
+  CHECK(parseSecondsFlag("--x", "0.5", range) == 0.5);
+  CHECK_THROWS_WITH(parseSecondsFlag("--x", "61", range), "--x '61': expected a number of seconds from 0.5 to 60");
+  CHECK_THROWS_WITH(parseSecondsFlag("--x", "0.1", range), Contains("from 0.5 to 60"));
+}
+
+TEST_CASE("parseNnodes takes N and MIN:MAX", "[cli][flag_parsing]") {
+  CHECK(parseNnodes("1").min == 1);
+  CHECK(parseNnodes("1").max == 1);
+  CHECK(parseNnodes("4").min == 4);
+  CHECK(parseNnodes("4").max == 4);
+  CHECK(parseNnodes(" 2 : 8 ").min == 2);
+  CHECK(parseNnodes(" 2 : 8 ").max == 8);
+  CHECK(parseNnodes("100000").max == 100000);
+}
+
+TEST_CASE("parseNnodes rejects what is not a positive range", "[cli][flag_parsing]") {
+  CHECK_THROWS_WITH(parseNnodes("3:2"), "--nnodes '3:2': MIN is larger than MAX");
+  CHECK_THROWS_WITH(parseNnodes("1:2:3"), "--nnodes '1:2:3': expected N or MIN:MAX");
+  for (const char* bad : {"0", "x", "1:", ":1", "", "-1", "100001", "1:100001", "0:2"}) {
+    INFO("value '" << bad << "'");
+    CHECK_THROWS_WITH(parseNnodes(bad), Contains("--nnodes '" + std::string(bad) + "'"));
+  }
+}
+
+TEST_CASE("parseSignals takes names with or without SIG", "[cli][flag_parsing]") {
+  CHECK(parseSignals("SIGTERM,SIGINT,SIGHUP,SIGQUIT") == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(parseSignals("TERM, HUP") == std::vector<int>{SIGTERM, SIGHUP});
+  CHECK(parseSignals("SIGUSR1,,") == std::vector<int>{SIGUSR1});
+  CHECK(parseSignals("").empty());
+}
+
+TEST_CASE("parseSignals rejects unknown signals and those ddprun cannot forward", "[cli][flag_parsing]") {
+  CHECK_THROWS_WITH(parseSignals("SIGTERM,SIGBOGUS"),
+                    "--signals_to_handle 'SIGTERM,SIGBOGUS': 'SIGBOGUS' is not a signal ddprun can handle");
+  for (const char* bad : {"SIGKILL", "STOP", "SIGCHLD", "sigterm", "15"}) {
+    INFO("value '" << bad << "'");
+    CHECK_THROWS_WITH(parseSignals(bad), Contains(bad));
+  }
+}
+
+TEST_CASE("checkStartMethod accepts torchrun's start methods", "[cli][flag_parsing]") {
+  for (const char* good : {"spawn", "fork", "forkserver"}) CHECK_NOTHROW(ddprun::checkStartMethod(good));
+  CHECK_THROWS_WITH(ddprun::checkStartMethod("thread"), "--start_method 'thread': expected spawn, fork or forkserver");
+  CHECK_THROWS_AS(ddprun::checkStartMethod(""), ConfigError);
+}
+
+TEST_CASE("parseRdzvBackend: static, grpc, and c10d as an alias of grpc", "[cli][flag_parsing]") {
+  CHECK(ddprun::parseRdzvBackend("static") == "static");
+  CHECK(ddprun::parseRdzvBackend("grpc") == "grpc");
+  CHECK(ddprun::parseRdzvBackend("c10d") == "grpc");
+  CHECK_THROWS_WITH(ddprun::parseRdzvBackend("etcd-v3"), "--rdzv_backend 'etcd-v3': expected static, grpc or c10d");
+  CHECK_THROWS_AS(ddprun::parseRdzvBackend(""), ConfigError);
+}
+
+TEST_CASE("parseRendezvousConf sets torchrun's timeouts and ignores its store keys", "[cli][flag_parsing]") {
+  LaunchConfig cfg;
+  parseRendezvousConf(" join_timeout = 60,last_call_timeout=2.5,heartbeat_timeout=3,timeout=9,store_type=x,,", cfg);
+  CHECK(cfg.joinTimeoutSeconds == 60.0);
+  CHECK(cfg.lastCallTimeoutSeconds == 2.5);
+  CHECK(cfg.heartbeatTimeoutSeconds == 3.0);
+  CHECK_FALSE(cfg.isHost.has_value());
+
+  LaunchConfig untouched;
+  parseRendezvousConf("", untouched);
+  CHECK(untouched.joinTimeoutSeconds == 600.0);
+  CHECK(untouched.lastCallTimeoutSeconds == 30.0);
+  CHECK(untouched.heartbeatTimeoutSeconds == 5.0);
+}
+
+TEST_CASE("parseRendezvousConf: is_host and token_file", "[cli][flag_parsing]") {
+  for (const char* yes : {"1", "true", "YES"}) {
+    LaunchConfig cfg;
+    parseRendezvousConf(std::string("is_host=") + yes, cfg);
+    CHECK(cfg.isHost == std::optional<bool>(true));
+  }
+  LaunchConfig no;
+  parseRendezvousConf("is_host=False", no);
+  CHECK(no.isHost == std::optional<bool>(false));
+  CHECK_THROWS_WITH(parseRendezvousConf("is_host=maybe", no), "--rdzv_conf is_host 'maybe': expected 1/0, true/false");
+
+  ddprun::test::TempDir dir;
+  ddprun::test::writeFile(dir.file("token"), "secret\n", 0600);
+  LaunchConfig withToken;
+  parseRendezvousConf("token_file=" + dir.file("token"), withToken);
+  CHECK(withToken.tokenFile == dir.file("token"));
+  CHECK_THROWS_WITH(parseRendezvousConf("token_file=" + dir.file("none"), withToken),
+                    Contains("token_file '" + dir.file("none") + "': not readable"));
+}
+
+TEST_CASE("parseRendezvousConf rejects unknown keys, bare words and zero timeouts", "[cli][flag_parsing]") {
+  LaunchConfig cfg;
+  CHECK_THROWS_WITH(parseRendezvousConf("bogus_key=1", cfg), Contains("unknown key 'bogus_key'"));
+  CHECK_THROWS_WITH(parseRendezvousConf("join_timeout", cfg), "--rdzv_conf 'join_timeout': expected KEY=VALUE pairs");
+  CHECK_THROWS_WITH(parseRendezvousConf("join_timeout=0", cfg), Contains("join_timeout and heartbeat_timeout"));
+  LaunchConfig heartbeat;
+  CHECK_THROWS_AS(parseRendezvousConf("heartbeat_timeout=0", heartbeat), ConfigError);
+  LaunchConfig lastCall;
+  CHECK_NOTHROW(parseRendezvousConf("last_call_timeout=0", lastCall));
+  CHECK_THROWS_WITH(parseRendezvousConf("join_timeout=-1", lastCall),
+                    "--rdzv_conf join_timeout '-1': expected a non-negative number of seconds");
+}
