@@ -6,6 +6,8 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/ids.h"
+#include "common/strings.h"
 #include "common/net.h"
 #include "launcher/flag_parsing.h"
 
@@ -23,6 +25,11 @@ void decideRendezvous(LaunchConfig& cfg, const RendezvousFlags& flags) {
     if (cfg.localAddr.empty()) cfg.masterAddr = "localhost";
   } else {
     cfg.runId = flags.runId.empty() ? "none" : flags.runId;
+  }
+  // The rendezvous server's rule (common/ids.h), checked here so that a bad id is exit 2 at once,
+  // in every mode: it names log folders and store paths too.
+  if (auto problem = idProblem(cfg.runId)) {
+    throw ConfigError("--rdzv_id '" + printable(cfg.runId, 64) + "': the run id " + *problem);
   }
   cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.maxNodes > 1);
   if (!cfg.multiNode) {

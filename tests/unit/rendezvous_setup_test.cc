@@ -151,3 +151,16 @@ TEST_CASE("randomRunId is a fresh version-4 UUID", "[cli][rendezvous_setup]") {
   CHECK(std::regex_match(second, uuid));
   CHECK(first != second);
 }
+
+TEST_CASE("a run id outside the rendezvous' charset is a configuration error in every mode", "[cli][rendezvous_setup]") {
+  for (bool standalone : {true, false}) {
+    ddprun::LaunchConfig cfg;
+    cfg.standalone = standalone;
+    for (const char* bad : {"my job", "a/b", "x\ny"}) {
+      INFO(bad);
+      CHECK_THROWS_WITH(ddprun::decideRendezvous(cfg, ddprun::RendezvousFlags{bad, "1", [] { return std::string("f"); }}),
+                        Catch::Contains("--rdzv_id") && Catch::Contains("may hold only"));
+    }
+    CHECK_NOTHROW(ddprun::decideRendezvous(cfg, ddprun::RendezvousFlags{"job_42.a-b", "1", [] { return std::string("f"); }}));
+  }
+}
