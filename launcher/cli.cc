@@ -100,6 +100,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   registerFlags(app, flags);
   app.prefix_command();  // PROGRAM and everything after it belong to the program
 
+  if (auto problem = flagTakenAsValue(argc, argv)) {
+    std::cerr << "ddprun: error: " << printable(*problem, 400) << "\n";
+    return exitWith(2);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

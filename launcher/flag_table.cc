@@ -109,4 +109,38 @@ bool flagGiven(const CLI::App& app, std::string_view name) {
   return app.count("--" + std::string(flag.name)) > 0 || (!env.empty() && std::getenv(env.c_str()) != nullptr);
 }
 
+std::optional<std::string> flagTakenAsValue(int argc, const char* const* argv) {
+  auto optionNamed = [](std::string_view word) -> const FlagSpec* {
+    for (const FlagSpec& flag : flagTable()) {
+      if (!flag.shortName.empty() && word == flag.shortName) return &flag;
+      if (!word.starts_with("--")) continue;
+      std::string_view bare = word.substr(2);
+      if (bare.size() != flag.name.size()) continue;
+      bool same = true;  // '_' and '-' are the same letter here, as in the two spellings
+      for (std::size_t i = 0; i < bare.size() && same; ++i) {
+        char a = bare[i] == '-' ? '_' : bare[i];
+        char b = flag.name[i] == '-' ? '_' : flag.name[i];
+        same = a == b;
+      }
+      if (same) return &flag;
+    }
+    return nullptr;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word == "--" || !word.starts_with("-") || word == "-") return std::nullopt;  // the program
+    const FlagSpec* flag = optionNamed(word);
+    if (!flag || flag->kind == FlagKind::kSwitch) continue;
+    if (i + 1 >= argc) return std::nullopt;  // CLI11 reports the missing value
+    std::string_view value = argv[i + 1];
+    if (value.starts_with("--")) {
+      return std::string(word) + " needs a value, and '" + std::string(value.substr(0, 64)) +
+             "' is a flag (write " + std::string(word) + "=" + std::string(value.substr(0, 64)) +
+             " if it really is the value)";
+    }
+    ++i;  // the option's value
+  }
+  return std::nullopt;
+}
+
 }  // namespace ddprun

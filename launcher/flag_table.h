@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,6 +52,13 @@ class FlagValues {
 
 // Registers every row of flagTable() on `app`, storing into `values`, which must outlive the parse.
 void registerFlags(CLI::App& app, FlagValues& values);
+
+// Before the parse: an option written as two words ("--role VALUE") whose VALUE starts with "--"
+// most likely lost its value to the next flag ("--role --dry_run prog" would run with role
+// "--dry_run"). Returns the error message for the first such option, nullopt when there is none.
+// "--role=--x" says it on purpose and is accepted. Scanning stops at the program (the first word
+// that is not a flag or an option's value) or at "--".
+std::optional<std::string> flagTakenAsValue(int argc, const char* const* argv);
 
 // Whether the flag was on the command line or its variable is set, even to "" (after the parse).
 bool flagGiven(const CLI::App& app, std::string_view name);

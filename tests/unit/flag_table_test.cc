@@ -164,3 +164,21 @@ TEST_CASE("reading a flag that is not in the table is a bug, not bad input", "[c
   CHECK_THROWS_AS(t.values.text("standalone"), ddprun::StateError);  // a switch
   CHECK_THROWS_AS(t.values.isOn("nnodes"), ddprun::StateError);      // an option
 }
+
+TEST_CASE("an option followed by a flag has lost its value: refused unless written with =", "[cli][flag_table]") {
+  auto check = [](std::vector<const char*> words) {
+    words.insert(words.begin(), "ddprun");
+    return ddprun::flagTakenAsValue(static_cast<int>(words.size()), words.data());
+  };
+  auto role = check({"--role", "--dry_run", "prog"});
+  REQUIRE(role.has_value());
+  CHECK_THAT(*role, Catch::Contains("--role needs a value") && Catch::Contains("--role=--dry_run"));
+  CHECK(check({"--master-addr", "--nnodes", "2", "prog"}).has_value());  // either spelling
+  CHECK(check({"-r", "--tee", "1", "prog"}).has_value());                // short names too
+  CHECK_FALSE(check({"--role=--dry_run", "prog"}).has_value());           // said on purpose
+  CHECK_FALSE(check({"--role", "trainer", "--dry_run", "prog"}).has_value());
+  CHECK_FALSE(check({"--standalone", "--dry_run", "prog"}).has_value());  // switches take no value
+  CHECK_FALSE(check({"prog", "--role", "--x"}).has_value());              // the program's own arguments
+  CHECK_FALSE(check({"--", "--role", "--x"}).has_value());
+  CHECK_FALSE(check({"--role"}).has_value());  // a missing value is CLI11's message
+}
