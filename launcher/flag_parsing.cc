@@ -117,11 +117,11 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
     std::string key(trim(item.substr(0, eq)));
     std::string value(trim(item.substr(eq + 1)));
     if (key == "join_timeout") {
-      cfg.joinTimeoutSeconds = parseSecondsFlag("--rdzv_conf join_timeout", value, kRendezvousTimeoutRange);
+      cfg.joinTimeoutSeconds = parseSecondsFlag("--rdzv_conf join_timeout", value, kJoinTimeoutRange);
     } else if (key == "last_call_timeout") {
-      cfg.lastCallTimeoutSeconds = parseSecondsFlag("--rdzv_conf last_call_timeout", value, kRendezvousTimeoutRange);
+      cfg.lastCallTimeoutSeconds = parseSecondsFlag("--rdzv_conf last_call_timeout", value, kLastCallTimeoutRange);
     } else if (key == "heartbeat_timeout") {
-      cfg.heartbeatTimeoutSeconds = parseSecondsFlag("--rdzv_conf heartbeat_timeout", value, kRendezvousTimeoutRange);
+      cfg.heartbeatTimeoutSeconds = parseSecondsFlag("--rdzv_conf heartbeat_timeout", value, kHeartbeatTimeoutRange);
     } else if (key == "is_host") {
       cfg.isHost = parseConfBool(value);
     } else if (key == "token_file") {

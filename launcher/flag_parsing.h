@@ -31,10 +31,14 @@ struct NodeRange {
 inline constexpr IntRange kMasterPortRange{1, 65535};
 inline constexpr IntRange kMaxRestartsRange{0, 1000000};
 inline constexpr int kMaxNodeCount = 100000;  // --nnodes
-inline constexpr SecondsRange kMonitorIntervalRange{};
-inline constexpr SecondsRange kShutdownTimeoutRange{};
-inline constexpr SecondsRange kHangTimeoutRange{};
-inline constexpr SecondsRange kRendezvousTimeoutRange{};  // --rdzv_conf *_timeout
+// Durations are bounded so that no conversion to milliseconds or microseconds can overflow, and
+// so that a typo (1e12, 0.000001) is an error at once rather than a run that fails later.
+inline constexpr SecondsRange kMonitorIntervalRange{0, 3600};
+inline constexpr SecondsRange kShutdownTimeoutRange{0, 86400};
+inline constexpr SecondsRange kHangTimeoutRange{0, 86400};          // 0: off
+inline constexpr SecondsRange kJoinTimeoutRange{1, 604800};         // --rdzv_conf join_timeout (a week)
+inline constexpr SecondsRange kLastCallTimeoutRange{0, 3600};       // --rdzv_conf last_call_timeout
+inline constexpr SecondsRange kHeartbeatTimeoutRange{0.5, 3600};    // --rdzv_conf heartbeat_timeout
 
 constexpr int kDefaultRendezvousPort = 29400;
 

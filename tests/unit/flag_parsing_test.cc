@@ -49,7 +49,15 @@ TEST_CASE("parseSecondsFlag takes non-negative numbers", "[cli][flag_parsing]") 
   CHECK(parseSecondsFlag("--hang_timeout", "0", ddprun::kHangTimeoutRange) == 0.0);
   CHECK(parseSecondsFlag("--monitor_interval", " 1 ", ddprun::kMonitorIntervalRange) == 1.0);
   CHECK_THROWS_WITH(parseSecondsFlag("--shutdown_timeout", "-1", ddprun::kShutdownTimeoutRange),
-                    "--shutdown_timeout '-1': expected a non-negative number of seconds");
+                    "--shutdown_timeout '-1': expected a number of seconds from 0 to 86400");
+  // Every duration flag has a finite range: the extremes that used to overflow are refused.
+  for (auto range : {ddprun::kShutdownTimeoutRange, ddprun::kHangTimeoutRange, ddprun::kMonitorIntervalRange,
+                     ddprun::kJoinTimeoutRange, ddprun::kLastCallTimeoutRange, ddprun::kHeartbeatTimeoutRange}) {
+    CHECK(range.max <= 604800);
+    CHECK_THROWS_AS(parseSecondsFlag("--x", "1e300", range), ConfigError);
+    CHECK_THROWS_AS(parseSecondsFlag("--x", "9223372036854775808", range), ConfigError);
+  }
+  CHECK_THROWS_AS(parseSecondsFlag("--x", "0.000001", ddprun::kHeartbeatTimeoutRange), ConfigError);
   for (const char* bad : {"fast", "", "inf", "nan", "1e400", "1s"}) {
     INFO("value '" << bad << "'");
     CHECK_THROWS_AS(parseSecondsFlag("--hang_timeout", bad, ddprun::kHangTimeoutRange), ConfigError);
@@ -152,11 +160,11 @@ TEST_CASE("parseRendezvousConf rejects unknown keys, bare words and zero timeout
   LaunchConfig cfg;
   CHECK_THROWS_WITH(parseRendezvousConf("bogus_key=1", cfg), Contains("unknown key 'bogus_key'"));
   CHECK_THROWS_WITH(parseRendezvousConf("join_timeout", cfg), "--rdzv_conf 'join_timeout': expected KEY=VALUE pairs");
-  CHECK_THROWS_WITH(parseRendezvousConf("join_timeout=0", cfg), Contains("join_timeout and heartbeat_timeout"));
+  CHECK_THROWS_WITH(parseRendezvousConf("join_timeout=0", cfg), Contains("join_timeout '0': expected a number of seconds from 1"));
   LaunchConfig heartbeat;
   CHECK_THROWS_AS(parseRendezvousConf("heartbeat_timeout=0", heartbeat), ConfigError);
   LaunchConfig lastCall;
   CHECK_NOTHROW(parseRendezvousConf("last_call_timeout=0", lastCall));
   CHECK_THROWS_WITH(parseRendezvousConf("join_timeout=-1", lastCall),
-                    "--rdzv_conf join_timeout '-1': expected a non-negative number of seconds");
+                    "--rdzv_conf join_timeout '-1': expected a number of seconds from 1 to 604800");
 }
