@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 
 namespace ddprun {
 namespace {
@@ -125,9 +126,7 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
     } else if (key == "is_host") {
       cfg.isHost = parseConfBool(value);
     } else if (key == "token_file") {
-      if (::access(value.c_str(), R_OK) != 0) {
-        throw ConfigError(quoted("--rdzv_conf token_file", value) + ": not readable");
-      }
+      readTokenFile(value, "--rdzv_conf token_file");  // checked now: a bad file is exit 2 at once
       cfg.tokenFile = value;
     } else if (!ignored.count(key)) {
       throw ConfigError("--rdzv_conf: unknown key '" + key +

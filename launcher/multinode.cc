@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 #include "rendezvous/grpc_runtime.h"
 #include "rendezvous/grpc_rendezvous.h"
 #include "rendezvous/rendezvous_server.h"
@@ -17,14 +18,7 @@ namespace ddprun {
 namespace {
 
 std::string readToken(const LaunchConfig& cfg) {
-  if (!cfg.tokenFile.empty()) {
-    std::ifstream in(cfg.tokenFile);
-    std::string token;
-    std::getline(in, token);
-    token = std::string(trim(token));
-    if (token.empty()) throw ConfigError("--rdzv_conf token_file " + cfg.tokenFile + " is empty");
-    return token;
-  }
+  if (!cfg.tokenFile.empty()) return readTokenFile(cfg.tokenFile, "--rdzv_conf token_file");
   const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
   return env ? env : "";
 }

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 
 extern char** environ;
 
@@ -66,13 +67,7 @@ void requirePositive(const std::string& name, int value) {
 
 std::string readToken(const Vars& vars) {
   if (auto file = lookup(vars, "DDPRUN_RDZV_TOKEN_FILE"); file && !file->empty()) {
-    std::ifstream in(*file);
-    if (!in) throw ConfigError("DDPRUN_RDZV_TOKEN_FILE names '" + *file + "', which cannot be read");
-    std::string line;
-    std::getline(in, line);
-    std::string token(ddprun::trim(line));
-    if (token.empty()) throw ConfigError("DDPRUN_RDZV_TOKEN_FILE names '" + *file + "', which is empty");
-    return token;
+    return ddprun::readTokenFile(*file, "DDPRUN_RDZV_TOKEN_FILE");
   }
   return lookup(vars, "DDPRUN_RDZV_TOKEN").value_or("");
 }

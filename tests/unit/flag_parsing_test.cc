@@ -153,7 +153,7 @@ TEST_CASE("parseRendezvousConf: is_host and token_file", "[cli][flag_parsing]") 
   parseRendezvousConf("token_file=" + dir.file("token"), withToken);
   CHECK(withToken.tokenFile == dir.file("token"));
   CHECK_THROWS_WITH(parseRendezvousConf("token_file=" + dir.file("none"), withToken),
-                    Contains("token_file '" + dir.file("none") + "': not readable"));
+                    Contains("token_file '" + dir.file("none") + "' cannot be read"));
 }
 
 TEST_CASE("parseRendezvousConf rejects unknown keys, bare words and zero timeouts", "[cli][flag_parsing]") {
