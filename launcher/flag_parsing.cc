@@ -1,7 +1,6 @@
 #include "launcher/flag_parsing.h"
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>

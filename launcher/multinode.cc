@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <random>
 
 #include "common/error.h"

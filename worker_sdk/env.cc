@@ -1,7 +1,6 @@
 #include "worker_sdk/env.h"
 
 #include <climits>
-#include <fstream>
 #include <optional>
 
 #include "common/error.h"
