@@ -31,6 +31,11 @@ void decideRendezvous(LaunchConfig& cfg, const RendezvousFlags& flags) {
   if (auto problem = idProblem(cfg.runId)) {
     throw ConfigError("--rdzv_id '" + printable(cfg.runId, 64) + "': the run id " + *problem);
   }
+  // Addresses are hosts (no port): other nodes may be told to connect to them.
+  for (auto [flag, host] : {std::pair{"--local_addr", &cfg.localAddr}, std::pair{"--master_addr", &cfg.masterAddr}}) {
+    if (host->empty()) continue;
+    if (auto problem = hostProblem(*host)) throw ConfigError(std::string(flag) + " '" + printable(*host, 64) + "' " + *problem);
+  }
   cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.maxNodes > 1);
   if (!cfg.multiNode) {
     if (!cfg.localAddr.empty()) cfg.masterAddr = cfg.localAddr;

@@ -164,3 +164,21 @@ TEST_CASE("a run id outside the rendezvous' charset is a configuration error in 
     CHECK_NOTHROW(ddprun::decideRendezvous(cfg, ddprun::RendezvousFlags{"job_42.a-b", "1", [] { return std::string("f"); }}));
   }
 }
+
+TEST_CASE("--local_addr and --master_addr are hosts: a port or garbage is a configuration error", "[cli][rendezvous_setup]") {
+  for (const char* bad : {"127.0.0.1:-1", "127.0.0.1:80", "host name", "a..b"}) {
+    INFO(bad);
+    ddprun::LaunchConfig local;
+    local.localAddr = bad;
+    CHECK_THROWS_WITH(ddprun::decideRendezvous(local, ddprun::RendezvousFlags{"", "1", [] { return std::string("f"); }}),
+                      Catch::Contains("--local_addr"));
+    ddprun::LaunchConfig master;
+    master.masterAddr = bad;
+    CHECK_THROWS_WITH(ddprun::decideRendezvous(master, ddprun::RendezvousFlags{"", "1", [] { return std::string("f"); }}),
+                      Catch::Contains("--master_addr"));
+  }
+  ddprun::LaunchConfig good;
+  good.localAddr = "node-3.cluster";
+  good.masterAddr = "::1";
+  CHECK_NOTHROW(ddprun::decideRendezvous(good, ddprun::RendezvousFlags{"", "1", [] { return std::string("f"); }}));
+}
