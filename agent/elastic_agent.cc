@@ -79,6 +79,7 @@ class ElasticAgent::Impl {
     closeReason_ = closure.reason;
     jobFailure_ = closure.failure;
     jobFailedNode_ = closure.failedNode;
+    closureStatus_ = closure.exitStatus;
     if (closure.outcome == JobOutcome::kFailed && group_ && !groupStopped_) {
       group_->stop(SIGTERM, options_.shutdownGrace);
     }
@@ -239,7 +240,7 @@ class ElasticAgent::Impl {
     } else if (!lastFailure_) {
       spdlog::error("job failed: {}", closeReason_);
     }
-    finish(jobFailure_ ? jobFailure_->exitStatus : lastFailure_ ? exitStatusOf(lastFailure_->first) : 1);
+    finish(jobFailure_ ? jobFailure_->exitStatus : lastFailure_ ? exitStatusOf(lastFailure_->first) : closureStatus_);
   }
 
   FailureReportInput makeReport(const WorkerExit& first) {
@@ -280,6 +281,7 @@ class ElasticAgent::Impl {
   std::string closeReason_;
   std::optional<WorkerFailure> jobFailure_;  // the job's first failure, when one ended it
   std::string jobFailedNode_;
+  int closureStatus_ = 1;  // the closure's status when no worker failure decides the exit status
   std::optional<int> stopSignal_;
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;

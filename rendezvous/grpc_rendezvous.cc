@@ -179,6 +179,13 @@ class GrpcRendezvous::Impl {
     }
     grpc::Status status = stream_->Finish();
     if (over || closed_ || leaving_) return SessionEnd::kOver;
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      // Not a lost connection: joining again would be refused again. Said at once, without the token.
+      closed_ = true;
+      fail("the rendezvous at " + options_.endpoint + " refused the job token (UNAUTHENTICATED): give this node "
+           "the job's token (--rdzv_conf token_file=PATH or DDPRUN_RDZV_TOKEN)", 2);
+      return SessionEnd::kOver;
+    }
     *why = duplicateNode_ ? "the server still holds this node's previous session"
                           : (status.ok() ? std::string("the server closed the session") : status.error_message());
     return SessionEnd::kLost;
@@ -258,7 +265,9 @@ class GrpcRendezvous::Impl {
           return false;
         }
         closed_ = true;
-        fail("the rendezvous refused this node: " + r.message());
+        const bool configuration = r.code() == pb::Rejected::MALFORMED || r.code() == pb::Rejected::RULES_MISMATCH ||
+                                   (r.code() == pb::Rejected::DUPLICATE_NODE && !rejoining_);
+        fail("the rendezvous refused this node: " + r.message(), configuration ? 2 : 1);
         return false;
       }
       default:
@@ -287,8 +296,10 @@ class GrpcRendezvous::Impl {
     if (!stream_->Write(msg)) spdlog::debug("rendezvous stream closed while writing");
   }
 
-  void fail(const std::string& reason) {
-    post_([listener = listener_, reason] { listener->onJobClosed(JobClosure{JobOutcome::kFailed, reason, {}, {}}); });
+  void fail(const std::string& reason, int exitStatus = 1) {
+    post_([listener = listener_, reason, exitStatus] {
+      listener->onJobClosed(JobClosure{JobOutcome::kFailed, reason, {}, {}, exitStatus});
+    });
   }
 
   bool stopped() {

@@ -43,6 +43,10 @@ struct JobClosure {
   // agent exits with its status, so that a scheduler sees one exit code for the job.
   std::optional<WorkerFailure> failure;
   std::string failedNode;
+  // What the agent exits with when no worker failure decides it: 1 when the rendezvous failed,
+  // 2 when it refused this node's configuration (a wrong job token, other rules than the job's,
+  // an invalid join), as for a bad command line.
+  int exitStatus = 1;
 };
 
 class RendezvousListener {

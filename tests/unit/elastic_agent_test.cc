@@ -556,6 +556,16 @@ TEST_CASE("a job closed as failed without a worker failure stops the workers and
   CHECK(h.statuses == std::vector<int>{1});
 }
 
+TEST_CASE("a rendezvous that refused this node's configuration finishes with its status (2)", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  h.start();
+  h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "refused the job token", {}, {}, 2});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{2});
+  CHECK_THAT(h.errText(), Catch::Contains("refused the job token"));
+}
+
 TEST_CASE("a job ended by another node's worker failure finishes with that worker's status", "[agent]") {
   // Every node exits with the job's first failure, so that a scheduler (Slurm, a Kubernetes pod
   // failure policy) sees one exit code for the job, not the code on one node and 1 elsewhere.
