@@ -18,7 +18,8 @@ void setupLogging(const std::string& level) {
   if (parsed == spdlog::level::off && name != "off") {
     throw ConfigError("invalid log level '" + level + "' (use debug, info, warning, error, critical or off)");
   }
-  auto logger = std::make_shared<spdlog::logger>("ddprun", std::make_shared<spdlog::sinks::stderr_sink_st>());
+  // _mt: the agent's gRPC threads, the store's timer and the SDK's threads all log.
+  auto logger = std::make_shared<spdlog::logger>("ddprun", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern(kLogPattern);
   logger->set_level(parsed);
   logger->flush_on(spdlog::level::trace);
