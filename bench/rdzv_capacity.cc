@@ -18,7 +18,8 @@
 //   steady    (--steady_seconds S) every agent only heartbeats; the daemon's CPU per second, and
 //             whether any agent was told anything (a dropped node interrupts everyone's round).
 // Prints one JSON object. Bounded: --timeout_s ends the run (exit 3) whatever happens; the
-// process ends with _exit, leaving the connections to the kernel.
+// process ends with _exit, leaving the connections to the kernel. --pause_before_join_ms leaves
+// time to attach a profiler to the daemon between the connect and join phases.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
 #include <sys/resource.h>

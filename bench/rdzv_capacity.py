@@ -290,22 +290,23 @@ def svg_plot(results, path):
     if len(xs) < 2:
         return False
     W, H = 980, 400
+    # (title, y label, series, goal line or None)
     panels = [
         ("Join: one job of N nodes", "seconds", [
             ("first Join -> all assigned (wall)", "first_join_to_all_assigned_s", "#1f77b4"),
             ("daemon CPU in the join", "join_daemon_cpu_s", "#d62728"),
             ("generator CPU in the join", "join_gen_cpu_s", "#7f7f7f"),
-        ]),
+        ], (2.0, "goal: 10,000 nodes in 2 s")),
         ("Steady state: heartbeats only", "CPU seconds per second", [
             ("daemon", "steady_daemon_cpu_per_s", "#d62728"),
             ("generator", "steady_gen_cpu_per_s", "#7f7f7f"),
-        ]),
+        ], None),
     ]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
              f'font-family="sans-serif" font-size="12">', f'<rect width="{W}" height="{H}" fill="white"/>']
     pw, ph, top, left0 = 400, 270, 40, 70
     xmax = max(xs) * 1.05
-    for p, (title, ylabel, series) in enumerate(panels):
+    for p, (title, ylabel, series, goal) in enumerate(panels):
         x0 = left0 + p * (pw + 90)
         vals = []
         for _, key, _ in series:
@@ -316,6 +317,8 @@ def svg_plot(results, path):
                 vals += [r[key] for r in job[x] if key in r]
         if not vals:
             continue
+        if goal:
+            vals.append(goal[0])
         ymax = max(vals) * 1.15 or 1
         def X(v):
             return x0 + v / xmax * pw
@@ -333,6 +336,10 @@ def svg_plot(results, path):
         parts.append(f'<text x="{x0 + pw / 2}" y="{top + ph + 36}" text-anchor="middle">nodes (agents)</text>')
         parts.append(f'<text x="{x0 - 50}" y="{top + ph / 2}" text-anchor="middle" '
                      f'transform="rotate(-90 {x0 - 50} {top + ph / 2})">{ylabel}</text>')
+        if goal:
+            parts.append(f'<line x1="{x0}" y1="{Y(goal[0]):.1f}" x2="{x0 + pw}" y2="{Y(goal[0]):.1f}" stroke="black" '
+                         f'stroke-dasharray="8 3"/>')
+            parts.append(f'<text x="{x0 + pw - 6}" y="{Y(goal[0]) - 5:.1f}" text-anchor="end">{goal[1]}</text>')
         ly = top + 14
         for label, key, color in series:
             pts = []
@@ -389,7 +396,21 @@ def main():
     ap.add_argument("--json", default="", help="raw results, one JSON object per run")
     ap.add_argument("--plot", default="", help="SVG file to write")
     ap.add_argument("--pause", type=float, default=3.0, help="seconds between runs")
+    ap.add_argument("--from_json", default="", help="run nothing: report and plot the results of an earlier --json")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = [json.loads(line) for line in f if line.strip()]
+        ok = [r for r in results if "join_daemon_cpu_s" in r]
+        text = report(ok, args, results[0].get("machine", "see the report"), results[0].get("commit", "unknown"),
+                      results[0].get("started", "?"), results[0].get("finished", "?")) if ok else "no result\n"
+        print(text)
+        if args.report:
+            with open(args.report, "w") as f:
+                f.write(text)
+        if args.plot and ok:
+            svg_plot(ok, args.plot)
+        return 0 if ok else 1
     if not 1 <= args.reps <= 10:
         ap.error("--reps must be 1-10")
     scenarios = QUICK if args.quick else SCENARIOS
@@ -424,8 +445,11 @@ def main():
                 print(json.dumps(brief), flush=True)
                 time.sleep(args.pause)
     finished = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
+    machine = machine_text()
+    for r in results:
+        r.update(machine=machine, commit=commit, started=started, finished=finished)
     ok = [r for r in results if "join_daemon_cpu_s" in r]
-    text = report(ok, args, machine_text(), commit, started, finished) if ok else "no successful run\n"
+    text = report(ok, args, machine, commit, started, finished) if ok else "no successful run\n"
     failed = [r for r in results if r not in ok]
     if failed:
         text += "\nRuns without results: " + "; ".join(f"{r['scenario']}#{r['rep']}: {r.get('error')}" for r in failed) + "\n"
