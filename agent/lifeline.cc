@@ -14,7 +14,8 @@ extern char** environ;
 
 namespace ddprun {
 
-Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker, const std::string& temporaryFolder) {
+Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker, const std::string& temporaryFolder,
+                   const std::string& cgroup) {
   if (::access(watchdogPath.c_str(), X_OK) != 0) {
     spdlog::warn("{} not found: workers are still stopped on every exit of ddprun except kill -9", watchdogPath);
     return;
@@ -35,6 +36,10 @@ Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker, c
   if (!temporaryFolder.empty()) {
     args.push_back("--remove");
     args.push_back(temporaryFolder);
+  }
+  if (!cgroup.empty()) {
+    args.push_back("--cgroup");
+    args.push_back(cgroup);
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

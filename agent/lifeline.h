@@ -13,9 +13,10 @@ namespace ddprun {
 
 class Lifeline {
  public:
-  // Starts `watchdogPath --marker MARKER [--remove FOLDER]`. On failure logs a warning and stays
-  // inactive.
-  Lifeline(const std::string& watchdogPath, const std::string& marker, const std::string& temporaryFolder = "");
+  // Starts `watchdogPath --marker MARKER [--remove FOLDER] [--cgroup PATH]`. On failure logs a
+  // warning and stays inactive.
+  Lifeline(const std::string& watchdogPath, const std::string& marker, const std::string& temporaryFolder = "",
+           const std::string& cgroup = "");
   // Closes the pipe; unless released, waits briefly for the watchdog's final sweep, so that
   // "ddprun exited" means "nothing of the job is left".
   ~Lifeline();

@@ -26,6 +26,7 @@
 #include <set>
 #include <thread>
 
+#include "agent/job_cgroup.h"
 #include "agent/lifeline.h"
 #include "agent/proc_tree.h"
 #include "common/error.h"
@@ -43,10 +44,12 @@ struct WorkerChildSetup : bp::extend::handler {
   int stderrFd;
   unsigned maxFd;
   const rlimit* fileLimit;  // set when the agent raised its own (it hosts a server)
+  int cgroupProcsFd;        // the job cgroup's cgroup.procs, or -1
 
   template <class Executor>
   void on_exec_setup(Executor&) const {
     ::setpgid(0, 0);
+    if (cgroupProcsFd >= 0) (void)!::write(cgroupProcsFd, "0", 1);  // moves this process in
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != agentPid) ::_exit(127);  // the agent died before prctl took effect
     if (stdoutFd >= 0) ::dup2(stdoutFd, STDOUT_FILENO);
@@ -99,7 +102,13 @@ class PosixProcessSupervisor::Impl {
     haveWorkerFileLimit_ = ::getrlimit(RLIMIT_NOFILE, &limit) == 0;
     workerFileLimit_ = limit;  // what the workers get, whatever the agent raises later
     maxFd_ = (haveWorkerFileLimit_ && limit.rlim_cur != RLIM_INFINITY) ? static_cast<unsigned>(limit.rlim_cur) : 65536;
-    if (!options.watchdogPath.empty()) lifeline_ = std::make_unique<Lifeline>(options.watchdogPath, marker_, options.temporaryFolder);
+    std::string why;
+    cgroup_ = JobCgroup::create("ddprun-" + marker_.substr(marker_.rfind('_') + 1), &why);
+    if (!cgroup_) spdlog::debug("no cgroup of the job ({}): descendants that call setsid and clear the environment may escape", why);
+    if (!options.watchdogPath.empty()) {
+      lifeline_ = std::make_unique<Lifeline>(options.watchdogPath, marker_, options.temporaryFolder,
+                                             cgroup_ ? cgroup_->path() : std::string());
+    }
     waitForSigchld();
   }
 
@@ -114,6 +123,8 @@ class PosixProcessSupervisor::Impl {
     running_.clear();
     for (pid_t pgid : everSpawnedGroups_) ::kill(-pgid, SIGKILL);
     if (!swept_) killOrphans();
+    reapAll();
+    cgroup_.reset();  // kills whatever is left in it, waits for it to empty, removes it
     reapAll();
     if (lifeline_) {
       for (pid_t pgid : everSpawnedGroups_) lifeline_->forgetGroup(pgid);
@@ -134,6 +145,7 @@ class PosixProcessSupervisor::Impl {
                         (now.rlim_cur != workerFileLimit_.rlim_cur || now.rlim_max != workerFileLimit_.rlim_max);
     setup.maxFd = raised && now.rlim_cur != RLIM_INFINITY ? static_cast<unsigned>(now.rlim_cur) : maxFd_;
     setup.fileLimit = raised ? &workerFileLimit_ : nullptr;
+    setup.cgroupProcsFd = cgroup_ ? cgroup_->procsFd() : -1;
     std::error_code ec;
     bp::child child(bp::exe = request.executable, bp::args = request.args, env, setup, bp::posix::use_vfork, ec);
     if (ec || !child.valid()) {
@@ -161,6 +173,8 @@ class PosixProcessSupervisor::Impl {
     for (pid_t pgid : endedGroups) {
       if (!running_.count(pgid)) ::kill(-pgid, SIGKILL);
     }
+    // No worker runs: whatever is left in the job's cgroup escaped its group and its marker.
+    if (cgroup_ && running_.empty()) cgroup_->kill();
     int killed = killOrphans();
     swept_ = running_.empty();
     for (pid_t pgid : endedGroups) {
@@ -248,6 +262,7 @@ class PosixProcessSupervisor::Impl {
   rlimit workerFileLimit_{};
   bool subreaper_ = false;
   bool swept_ = true;  // no process spawned since the last complete sweep
+  std::unique_ptr<JobCgroup> cgroup_;  // before lifeline_: the watchdog is told its path
   std::unique_ptr<Lifeline> lifeline_;
   std::set<pid_t> running_;             // spawned and not reaped yet
   std::set<pid_t> everSpawnedGroups_;   // groups the watchdog knows about

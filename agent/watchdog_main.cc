@@ -5,11 +5,13 @@
 // variable in its environment (grandchildren that left their group or daemonized), and exits.
 // "bye" means the agent cleaned up itself: the watchdog exits without a sweep.
 // It is a separate small program so that it costs little memory and shares no state with the agent.
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -43,14 +45,33 @@ void removeTree(const char* path) {
          FTW_DEPTH | FTW_PHYS);
 }
 
+// Ends the job's cgroup (every process in it, however it hid) and removes it once empty.
+void killCgroup(const std::string& path) {
+  int fd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!::write(fd, "1", 1);
+    ::close(fd);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (::rmdir(path.c_str()) != 0 && errno == EBUSY && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 int main(int argc, char** argv) {
-  bool usage = argc != 3 && !(argc == 5 && std::strcmp(argv[3], "--remove") == 0);
-  if (usage || std::strcmp(argv[1], "--marker") != 0) {
+  std::string marker, removeFolder, cgroup;
+  bool usage = argc < 3 || argc % 2 == 0;
+  for (int i = 1; i + 1 < argc && !usage; i += 2) {
+    if (std::strcmp(argv[i], "--marker") == 0) marker = argv[i + 1];
+    else if (std::strcmp(argv[i], "--remove") == 0) removeFolder = argv[i + 1];
+    else if (std::strcmp(argv[i], "--cgroup") == 0) cgroup = argv[i + 1];
+    else usage = true;
+  }
+  if (usage || marker.empty()) {
     const char msg[] = "ddprun-watchdog is started by ddprun, not by hand\n";
     (void)!::write(2, msg, sizeof(msg) - 1);
     return 2;
   }
-  const std::string marker = argv[2];
   // Terminal and job-control signals are meant for the agent, which forwards them; the watchdog
   // must live until the lifeline closes.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
@@ -76,7 +97,8 @@ int main(int argc, char** argv) {
     }
   }
   for (pid_t pgid : groups) ::kill(-pgid, SIGKILL);
+  if (!cgroup.empty()) killCgroup(cgroup);
   killMarked(marker);
-  if (argc == 5) removeTree(argv[4]);
+  if (!removeFolder.empty()) removeTree(removeFolder.c_str());
   return 0;
 }

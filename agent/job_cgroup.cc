@@ -1,0 +1,94 @@
+#include "agent/job_cgroup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/strings.h"
+
+namespace ddprun {
+namespace {
+
+// Where cgroup v2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid system).
+std::string cgroup2Mount() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto sep = line.find(" - ");
+    if (sep == std::string::npos || line.compare(sep + 3, 8, "cgroup2 ") != 0) continue;
+    auto fields = split(line.substr(0, sep), ' ');
+    if (fields.size() > 4) return fields[4];
+  }
+  return {};
+}
+
+// This process's cgroup v2 path ("0::/some/path").
+std::string ownCgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (startsWith(line, "0::")) return line.substr(3);
+  }
+  return {};
+}
+
+bool writeFile(const std::string& path, std::string_view text) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  return fd && ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+
+}  // namespace
+
+std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& name, std::string* why) {
+  const std::string mount = cgroup2Mount();
+  if (mount.empty()) {
+    *why = "no cgroup v2 mount";
+    return nullptr;
+  }
+  std::string own = ownCgroup();
+  if (own.empty() || own == "/") own.clear();
+  const std::string path = mount + own + "/" + name;
+  if (::mkdir(path.c_str(), 0755) != 0) {
+    *why = "cannot create " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st {};
+  UniqueFd procs(::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+  if (::stat((path + "/cgroup.kill").c_str(), &st) != 0 || !procs) {
+    *why = ::stat((path + "/cgroup.kill").c_str(), &st) != 0 ? "no cgroup.kill (Linux 5.14 or later)"
+                                                              : "cannot open " + path + "/cgroup.procs";
+    ::rmdir(path.c_str());
+    return nullptr;
+  }
+  return std::unique_ptr<JobCgroup>(new JobCgroup(path, std::move(procs)));
+}
+
+JobCgroup::~JobCgroup() {
+  kill();
+  // Killed processes leave the cgroup once the kernel has torn them down (zombies do not count).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::rmdir(path_.c_str());
+}
+
+void JobCgroup::kill() { writeFile(path_ + "/cgroup.kill", "1"); }
+
+bool JobCgroup::empty() const {
+  std::ifstream in(path_ + "/cgroup.events");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (startsWith(line, "populated ")) return line == "populated 0";
+  }
+  return true;  // gone already
+}
+
+}  // namespace ddprun
