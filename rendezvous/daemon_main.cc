@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--store_total_keys,--store-total-keys", limits.maxKeysTotal,
                  "Store keys every job together may hold (default 1000000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
+  app.add_option("--max_connections,--max-connections", options.maxConnections,
+                 "Connections open at once; more are closed as they come (default 0: the open-file limit less a reserve)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24));
   double jobIdleSeconds = 120;
   app.add_option("--job_idle_timeout,--job-idle-timeout", jobIdleSeconds,
                  "Seconds after which a job with no agent connected is forgotten (default 120)")

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
+#include "rendezvous/connection_listener.h"
 #include "rendezvous/grpc_runtime.h"
 #include "store/grpc_util.h"
 #include "rendezvous/rendezvous_service.h"
@@ -23,33 +24,6 @@
 
 namespace ddprun {
 namespace {
-
-// gRPC binds with SO_REUSEPORT and reports failures vaguely; a plain bind first gives the real
-// reason (in use, not an address of this machine) with the address in the message.
-void probeBind(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* results = nullptr;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
-  if (rc != 0) throw ConnectionError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
-  std::string error;
-  for (addrinfo* ai = results; ai; ai = ai->ai_next) {
-    UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!sock) continue;
-    int one = 1;
-    ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
-      ::freeaddrinfo(results);
-      return;
-    }
-    error = std::strerror(errno);
-  }
-  ::freeaddrinfo(results);
-  throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
-}
 
 int clampedMs(std::chrono::milliseconds d) {
   return static_cast<int>(std::clamp<int64_t>(d.count(), 1, std::numeric_limits<int>::max()));
@@ -61,21 +35,27 @@ class RendezvousServer::Impl {
  public:
   explicit Impl(RendezvousServerOptions options) : options_(std::move(options)) {
     prepareGrpcRuntime();
-    if (options_.port != 0) probeBind(options_.bindAddress, options_.port);
+    // Our own accept loop (see connection_listener.h): binds now, so that a port in use fails here
+    // with the address in the message.
+    ConnectionListenerOptions listen;
+    listen.host = options_.bindAddress;
+    listen.port = options_.port;
+    listen.maxConnections = options_.maxConnections;
+    listen.reserveFds = options_.reserveFds;
+    if (options_.handshakeTimeout.count() > 0) listen.handshakeTimeout = options_.handshakeTimeout;
+    listener_ = std::make_unique<ConnectionListener>(listen);
+    port_ = listener_->port();
     rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
         options_.token,
         [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); },
         [this](const std::string& runId) { store_->store().dropRun(runId); },
-        options_.jobIdleTimeout, options_.requireHostMatch});
+        options_.jobIdleTimeout, options_.requireHostMatch,
+        [this](const std::string& grpcPeer) { return listener_->peerAddress(grpcPeer); }});
     store_ = std::make_unique<StoreService>(StoreServiceOptions{
         options_.token,
         [this](const std::string& runId, uint64_t round) { return rendezvous_->roundIsCurrent(runId, round); }},
         options_.storeLimits);
     grpc::ServerBuilder builder;
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second server on the port must fail
-    if (options_.handshakeTimeout.count() > 0) {
-      builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, clampedMs(options_.handshakeTimeout));
-    }
     if (options_.idleTimeout.count() > 0) {
       builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
     }
@@ -85,14 +65,11 @@ class RendezvousServer::Impl {
                                  clampedMs(std::min<std::chrono::milliseconds>(options_.keepalive, std::chrono::seconds(20))));
     }
     applyServerDefaults(builder);
-    builder.AddListeningPort(joinHostPort(options_.bindAddress, options_.port), grpc::InsecureServerCredentials(),
-                             &port_);
     builder.RegisterService(rendezvous_.get());
     builder.RegisterService(store_.get());
     server_ = builder.BuildAndStart();
-    if (!server_ || port_ == 0) {
-      throw ConnectionError("cannot listen on " + joinHostPort(options_.bindAddress, options_.port));
-    }
+    if (!server_) throw ConnectionError("cannot start the rendezvous server on " + address());
+    listener_->start(server_.get());
     if (options_.token.empty() && !isLoopback(options_.bindAddress)) {
       spdlog::warn("rendezvous on {} has NO job token: anyone who reaches this address can join or disturb jobs "
                    "(set DDPRUN_RDZV_TOKEN or --rdzv_conf token_file=PATH)",
@@ -105,6 +82,7 @@ class RendezvousServer::Impl {
   void shutdown(std::chrono::milliseconds grace) {
     if (!server_) return;
     rendezvous_->waitIdle(grace);
+    listener_->stop();
     rendezvous_->shutdown();
     store_->shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
@@ -123,6 +101,7 @@ class RendezvousServer::Impl {
   RendezvousServerOptions options_;
   std::unique_ptr<RendezvousService> rendezvous_;
   std::unique_ptr<StoreService> store_;
+  std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -15,10 +16,14 @@ struct RendezvousServerOptions {
   std::string bindAddress = "127.0.0.1";  // where to listen; "0.0.0.0" or "::" only when asked
   int port = 29400;                       // 0: any free port
   std::string token;                      // job token; empty = unauthenticated
-  // For the three below, 0 leaves gRPC's default.
-  // A connection that has not finished the HTTP/2 handshake by then is closed (gRPC's default is
-  // 120 s), so that silent connections cannot pile up holding file descriptors.
+  // A connection that has not sent the HTTP/2 preface by then is closed, so that silent
+  // connections cannot pile up holding file descriptors (0: the listener's default, 10 s).
   std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  // Connections open at once; more are closed as they come. 0: as many as the open-file limit
+  // allows, less reserveFds. The server's own accept loop recovers from EMFILE/ENFILE.
+  std::size_t maxConnections = 0;
+  std::size_t reserveFds = 128;
+  // For the two below, 0 leaves gRPC's default.
   // A connection without a call for this long is told to go away (gRPC's default: never). Agents
   // and store clients hold a stream (a call) open while they work, and reconnect on their next
   // call otherwise.

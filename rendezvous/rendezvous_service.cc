@@ -154,7 +154,8 @@ RendezvousRules toRules(const pb::JobRules& r) {
 class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>,
                              public std::enable_shared_from_this<SessionReactor> {
  public:
-  SessionReactor(RendezvousService::Impl* impl, std::string peer) : impl_(impl), peerHost_(peerHost(peer)) {}
+  SessionReactor(RendezvousService::Impl* impl, std::string peerAddress)
+      : impl_(impl), peerHost_(std::move(peerAddress)) {}
 
   void begin(std::shared_ptr<SessionReactor> self, bool authorized);
   // Queues a message (an empty one only closes); no gRPC call, so it may run under the service's
@@ -217,6 +218,11 @@ class RendezvousService::Impl {
   }
 
   bool authorized(const grpc::CallbackServerContext* context) const { return tokenAuthorized(*context, options_.token); }
+
+  std::string peerAddress(const std::string& grpcPeer) const {
+    std::string address = options_.peerAddress ? options_.peerAddress(grpcPeer) : std::string();
+    return address.empty() ? peerHost(grpcPeer) : address;
+  }
 
   void added(SessionReactor* s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -620,7 +626,7 @@ RendezvousService::~RendezvousService() = default;
 
 grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>* RendezvousService::Session(
     grpc::CallbackServerContext* context) {
-  auto reactor = std::make_shared<SessionReactor>(impl_.get(), context->peer());
+  auto reactor = std::make_shared<SessionReactor>(impl_.get(), impl_->peerAddress(context->peer()));
   SessionReactor* raw = reactor.get();
   raw->begin(std::move(reactor), impl_->authorized(context));
   return raw;

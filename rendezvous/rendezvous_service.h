@@ -28,6 +28,9 @@ struct RendezvousServiceOptions {
   // when it holds group rank 0. When it is an IP address other than the one the agent connected
   // from, the server warns; with this set, it refuses the join instead.
   bool requireHostMatch = false;
+  // The client's IP address for gRPC's peer string of its call; unset, or when it returns "", the
+  // address is read from the peer string itself ("ipv4:192.0.2.1:5000").
+  std::function<std::string(const std::string& grpcPeer)> peerAddress;
 };
 
 class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {

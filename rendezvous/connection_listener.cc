@@ -1,0 +1,295 @@
+#include "rendezvous/connection_listener.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_posix.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "common/net.h"
+#include "common/unique_fd.h"
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The HTTP/2 connection preface every gRPC client sends first.
+constexpr std::size_t kPrefaceBytes = 24;
+
+std::size_t openFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<std::size_t>(limit.rlim_cur);
+}
+
+// Descriptors this process has open now (the entries of /proc/self/fd, less the one reading it).
+std::size_t openFdCount() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return 0;
+  std::size_t n = 0;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(dir);
+  return n > 0 ? n - 1 : 0;
+}
+
+UniqueFd bindListener(const std::string& host, int port, int* boundPort) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* results = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
+  if (rc != 0) throw ConnectionError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  std::string error = "no address";
+  for (addrinfo* ai = results; ai; ai = ai->ai_next) {
+    UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+    if (!sock) continue;
+    int one = 1;
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(sock.get(), 4096) != 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    *boundPort = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    ::freeaddrinfo(results);
+    return sock;
+  }
+  ::freeaddrinfo(results);
+  throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
+}
+
+}  // namespace
+
+class ConnectionListener::Impl {
+ public:
+  explicit Impl(ConnectionListenerOptions options) : options_(std::move(options)) {
+    listen_ = bindListener(options_.host, options_.port, &port_);
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw DDPRUN_SYSTEM_ERROR("pipe");
+    wakeRead_.reset(fds[0]);
+    wakeWrite_.reset(fds[1]);
+    spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+
+  ~Impl() { stop(); }
+
+  int port() const { return port_; }
+
+  void start(grpc::Server* server) {
+    server_ = server;
+    baseline_ = openFdCount();
+    estimate_ = baseline_;
+    thread_ = std::thread([this] { run(); });
+  }
+
+  void stop() {
+    if (!thread_.joinable()) return;
+    (void)!::write(wakeWrite_.get(), "x", 1);
+    thread_.join();
+    pending_.clear();  // closes them
+    listen_.reset();
+  }
+
+  ConnectionListenerStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  std::string peerAddress(const std::string& grpcPeer) const {
+    if (grpcPeer.rfind("fd:", 0) != 0) return {};
+    int fd = std::atoi(grpcPeer.c_str() + 3);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = peers_.find(fd);
+    return it == peers_.end() ? std::string() : it->second;
+  }
+
+ private:
+  struct Pending {
+    UniqueFd fd;
+    Clock::time_point deadline;
+    Clock::time_point nextPeek;  // a partial preface: look again then, not in a busy loop
+  };
+
+  // Connections open now, counted by what holds descriptors. Cheap: /proc/self/fd is read only
+  // when the estimate (last count plus accepts since) reaches the cap.
+  std::size_t capNow() const {
+    const std::size_t limit = openFileLimit();
+    std::size_t cap = limit > options_.reserveFds ? limit - options_.reserveFds : 0;
+    if (options_.maxConnections > 0) cap = std::min(cap, baseline_ + options_.maxConnections);
+    return cap;
+  }
+
+  bool atCap() {
+    const std::size_t cap = capNow();
+    if (estimate_ + 1 < cap) return false;
+    estimate_ = openFdCount();
+    return estimate_ + 1 >= cap;
+  }
+
+  void run() {
+    std::chrono::milliseconds backoff{0};
+    while (true) {
+      auto now = Clock::now();
+      std::vector<pollfd> polls;
+      polls.push_back({wakeRead_.get(), POLLIN, 0});
+      polls.push_back({listen_.get(), backoff.count() > 0 ? short(0) : short(POLLIN), 0});
+      int timeout = backoff.count() > 0 ? static_cast<int>(backoff.count()) : 1000;
+      for (auto& p : pending_) {
+        auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(p.deadline, p.nextPeek) - now);
+        timeout = std::clamp<int>(static_cast<int>(wait.count()) + 1, 0, timeout);
+        polls.push_back({p.fd.get(), p.nextPeek <= now ? short(POLLIN) : short(0), 0});
+      }
+      int rc = ::poll(polls.data(), polls.size(), timeout);
+      if (rc < 0 && errno != EINTR) break;
+      if (polls[0].revents) break;  // stop()
+      now = Clock::now();
+      backoff = std::chrono::milliseconds(0);
+      checkPending(polls, now);  // first: the connections accepted below were not polled yet
+      if (polls[1].revents & POLLIN) backoff = acceptAll(now);
+    }
+  }
+
+  // Accepts until the backlog is empty; returns how long to pause accepting (after an error).
+  std::chrono::milliseconds acceptAll(Clock::time_point now) {
+    for (int i = 0; i < 256; ++i) {
+      int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return std::chrono::milliseconds(0);
+        // EMFILE, ENFILE, ENOBUFS, ENOMEM: drain one connection through the spare descriptor so
+        // the backlog does not fill with clients that wait forever, and pause a little.
+        count(&ConnectionListenerStats::acceptErrors);
+        spdlog::warn("rendezvous: accept failed: {}; pausing new connections", std::strerror(errno));
+        spare_.reset();
+        UniqueFd dropped(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        return std::chrono::milliseconds(50);
+      }
+      UniqueFd conn(fd);
+      if (atCap()) {
+        count(&ConnectionListenerStats::refusedAtCap);
+        const auto last = lastCapWarning_;
+        if (last == Clock::time_point{} || now - last > std::chrono::seconds(10)) {
+          lastCapWarning_ = now;
+          spdlog::warn("rendezvous: refusing connections: {} descriptors open, the limit for connections is {} "
+                       "(--max_connections, or raise the open-file limit)", estimate_, capNow());
+        }
+        continue;  // closed here: the client sees the connection end at once
+      }
+      ++estimate_;
+      int one = 1;
+      ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      pending_.push_back(Pending{std::move(conn), now + options_.handshakeTimeout, now});
+    }
+    return std::chrono::milliseconds(0);
+  }
+
+  // Hands over the connections whose preface is there; closes the silent and the closed ones.
+  // polls[2 + i] is pending_[i]'s.
+  void checkPending(const std::vector<pollfd>& polls, Clock::time_point now) {
+    DDPRUN_CHECK(polls.size() == pending_.size() + 2, "every pending connection was polled");
+    std::vector<Pending> keep;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      Pending& p = pending_[i];
+      const short revents = polls[i + 2].revents;
+      if (revents & POLLIN) {
+        char buf[kPrefaceBytes];
+        ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
+        if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
+          handOver(std::move(p.fd));
+          continue;
+        }
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          count(&ConnectionListenerStats::closedSilent);
+          continue;
+        }
+        p.nextPeek = now + std::chrono::milliseconds(20);
+      } else if (revents & (POLLERR | POLLHUP)) {
+        count(&ConnectionListenerStats::closedSilent);
+        continue;
+      }
+      if (now >= p.deadline) {
+        count(&ConnectionListenerStats::closedSilent);
+        continue;
+      }
+      keep.push_back(std::move(p));
+    }
+    pending_ = std::move(keep);
+  }
+
+  void handOver(UniqueFd fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    char host[NI_MAXHOST] = "";
+    if (::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
+    }
+    std::string peer = host;
+    if (peer.rfind("::ffff:", 0) == 0 && peer.find('.') != std::string::npos) peer = peer.substr(7);  // mapped IPv4
+    {
+      // A descriptor number is reused only after gRPC closed the connection that had it.
+      std::lock_guard<std::mutex> lock(mu_);
+      peers_[fd.get()] = peer;
+    }
+    // gRPC owns the descriptor from here on and closes it when the connection ends.
+    grpc::AddInsecureChannelFromFd(server_, fd.release());
+    count(&ConnectionListenerStats::handedOver);
+  }
+
+  void count(uint64_t ConnectionListenerStats::*field) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(stats_.*field);
+  }
+
+  ConnectionListenerOptions options_;
+  UniqueFd listen_;
+  UniqueFd wakeRead_;
+  UniqueFd wakeWrite_;
+  UniqueFd spare_;  // closed to accept (and drop) one connection when descriptors run out
+  int port_ = 0;
+  grpc::Server* server_ = nullptr;
+  std::thread thread_;
+  std::vector<Pending> pending_;  // accept thread only
+  std::size_t baseline_ = 0;      // descriptors open before the first connection
+  std::size_t estimate_ = 0;      // accept thread only
+  Clock::time_point lastCapWarning_{};  // accept thread only
+  mutable std::mutex mu_;
+  ConnectionListenerStats stats_;
+  std::unordered_map<int, std::string> peers_;  // by descriptor: who connected on it
+};
+
+ConnectionListener::ConnectionListener(ConnectionListenerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+ConnectionListener::~ConnectionListener() = default;
+int ConnectionListener::port() const { return impl_->port(); }
+void ConnectionListener::start(grpc::Server* server) { impl_->start(server); }
+void ConnectionListener::stop() { impl_->stop(); }
+ConnectionListenerStats ConnectionListener::stats() const { return impl_->stats(); }
+std::string ConnectionListener::peerAddress(const std::string& grpcPeer) const { return impl_->peerAddress(grpcPeer); }
+
+}  // namespace ddprun
