@@ -72,13 +72,15 @@ def main():
     passed = by_status.pop("Passed", [])
     skipped = by_status.pop("Skipped", [])
     failed = sorted(t for tests in by_status.values() for t in tests)
-    inner = sorted(t for t in passed if t in skips)  # passing Python files with skipped tests
+    inner = sorted(t for t in results if t in skips and results[t] != "Skipped")  # Python files that ran, with skips
 
     print()
     print("=" * 78)
     print("ctest: %d passed, %d skipped, %d failed (of %d run)" % (len(passed), len(skipped), len(failed), len(results)))
-    if inner:
-        print("  (%d of the passed are Python files in which some tests skipped: those are listed below)" % len(inner))
+    inner_passed = [t for t in inner if results[t] == "Passed"]
+    if inner_passed:
+        print("  (%d of the passed are Python files in which some tests skipped: those are listed below)"
+              % len(inner_passed))
     if py[0]:
         print("python tests inside the ctest tests: %d passed, %d skipped, %d failed (of %d run)"
               % (py[1], py[2], py[3], py[0]))
