@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs the whole test suite (unit, integration, e2e) with ctest.
+# Installs dependencies, builds, and runs the whole test suite (unit, integration, e2e) with ctest,
+# then lists what failed and every skipped test with its reason (scripts/test_summary.py). Exits
+# with ctest's status: non-zero when any test failed; a skipped test is neither passed nor failed.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/install_deps.sh"
 bash "$root/scripts/build.sh"
 cd "${DDPRUN_BUILD_DIR:-$root/build}"
-ctest --output-on-failure --timeout 600 -j2 "$@"
+mkdir -p Testing/Temporary
+console=Testing/Temporary/ctest_console.log
+status=0
+ctest --output-on-failure --timeout 600 -j2 "$@" 2>&1 | tee "$console" || status=$?
+python3 "$root/scripts/test_summary.py" "$console" Testing/Temporary/LastTest.log ||
+  echo "test.sh: could not summarize the run (scripts/test_summary.py failed)" >&2
+exit "$status"

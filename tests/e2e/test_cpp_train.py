@@ -7,9 +7,9 @@
   resumes from the checkpoint, and the digest equals the clean run's.
 - 2 agents x 2 workers over the grpc rendezvous (RemoteStore over the real store service): the
   same digest again.
-- --backend nccl (the model on the host, gradient buckets staged through device memory): with a
-  GPU, the same digest as gloo at the same world size; without one, one clear line per rank and
-  exit 2, never a crash.
+- --backend nccl (the model on the host, gradient buckets staged through device memory): with two
+  GPUs (one per rank), the same digest as gloo at world size 2; without a GPU, a clear one-line
+  refusal and exit 2, never a crash. Each of the two is reported skipped where it cannot run.
 """
 
 import os
@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 import time
-import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -143,21 +142,23 @@ class CppTrainTest(el.E2ETestCase):
         self.assertTrue(any("world_size 4 " in o for o, _ in texts), describe)
         sys.stderr.write("  [train] 2 nodes x 2: digest %s (%.1fs)\n" % (digests[0][0], time.monotonic() - start))
 
-    def test_nccl_backend_same_digest_or_clear_refusal(self):
+    def test_nccl_backend_two_ranks_on_two_gpus_same_digest_as_gloo(self):
+        # NCCL puts one rank on one device: a world of 2 needs two GPUs, and with one rank the
+        # all-reduce would combine nothing.
         gpus = gpu_count()
-        if gpus == 0:
-            self.check_nccl_refused()
-            return
-        # NCCL puts one rank on one device: world 2 needs two GPUs.
-        world = min(gpus, 2)
-        flags = ["--standalone", "--nproc_per_node=%d" % world]
-        gloo = self.check_training(self.train(flags), world)
+        if gpus < 2:
+            self.skipTest("needs two GPUs, one per rank; nvidia-smi lists %d" % gpus)
+        flags = ["--standalone", "--nproc_per_node=2"]
+        gloo = self.check_training(self.train(flags), 2)
         res = self.train(flags, ["--backend", "nccl"])
         self.assertIn("backend nccl ", res.stdout, res.describe())
-        nccl = self.check_training(res, world)
+        nccl = self.check_training(res, 2)
         self.assertEqual(nccl, gloo, "nccl and gloo trained to different parameters\n" + res.describe())
 
-    def check_nccl_refused(self):
+    def test_nccl_backend_without_gpu_exits_2_with_a_clear_refusal(self):
+        gpus = gpu_count()
+        if gpus > 0:
+            self.skipTest("needs a machine without a GPU; nvidia-smi lists %d" % gpus)
         res = self.ddprun(["--standalone", "--nproc_per_node=2"], TRAIN, TRAIN_ARGS + ["--backend", "nccl"])
         out = res.stdout + res.stderr
         sys.stderr.write("  [train] no GPU: --backend nccl refused with exit %d\n" % res.returncode)
@@ -185,4 +186,4 @@ class CppTrainTest(el.E2ETestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    el.main()

@@ -216,4 +216,4 @@ class EnvContractTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    e2e_lib.main()

@@ -12,7 +12,6 @@ RANK, the wrong WORLD_SIZE or a mismatched sampler shard would move the weights 
 import os
 import re
 import sys
-import unittest
 
 import e2e_lib
 from e2e_lib import DDP_TRAIN, E2ETestCase, read_json
@@ -101,4 +100,4 @@ class TorchDdpTest(E2ETestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    e2e_lib.main()

@@ -12,9 +12,9 @@
 
 import os
 import re
-import unittest
 import uuid
 
+import e2e_lib
 from e2e_lib import DDP_TRAIN, E2ETestCase, read_json, summary_block, worker
 
 ATOL = 1e-5  # as in test_torch_ddp; the restarted run repeats the clean run's arithmetic exactly
@@ -94,4 +94,4 @@ class TorchFailureTest(E2ETestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    e2e_lib.main()

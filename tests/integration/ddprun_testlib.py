@@ -13,6 +13,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -29,6 +30,10 @@ PYTHON_EXEC = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 SH = "/bin/sh"
 MARKER_NAME = "DDPRUN_LEAKTEST"
 LEAK_GRACE_S = 2.0
+# How long a job may take before a test gives up on it: a safety timeout, not a speed claim (speed
+# is measured in bench/). A test that checks that ddprun does NOT wait for something (a sleeping
+# sibling, a grace period, a poll tick) makes that something last far longer than this.
+SAFETY_TIMEOUT_S = 30
 
 # Text that must never appear on ddprun's stderr for an expected failure.
 CRASH_TEXTS = ("terminate called", "what():", "std::", "Traceback (most recent call last)",
@@ -161,13 +166,15 @@ class Job:
     def signal(self, sig):
         self.proc.send_signal(sig)
 
-    def wait(self, timeout=30):
-        """Waits for ddprun to exit; on timeout kills the job and fails the test."""
+    def wait(self, timeout=SAFETY_TIMEOUT_S, why=""):
+        """Waits for ddprun to exit; on timeout (a safety timeout) kills the job and fails the
+        test, saying `why` the job should have ended by then."""
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self._cleanup()
-            self.test.fail("ddprun did not exit within %ss\n%s" % (timeout, self.result(None).describe()))
+            self.test.fail("ddprun did not exit within the %ss safety timeout%s\n%s" % (
+                timeout, (": " + why) if why else "", self.result(None).describe()))
         self.end = time.monotonic()
         return self.result(rc)
 
@@ -215,10 +222,11 @@ class DdprunTestCase(unittest.TestCase):
     def start(self, args, env=None, cwd=None):
         return Job(self, args, env=env, cwd=cwd)
 
-    def run_job(self, args, env=None, timeout=30, check_leaks=True, cwd=None):
-        """Runs ddprun to completion; asserts that nothing of the job outlives it by 2 s."""
+    def run_job(self, args, env=None, timeout=SAFETY_TIMEOUT_S, check_leaks=True, cwd=None, why=""):
+        """Runs ddprun to completion (failing after the safety timeout, saying `why` it should have
+        ended); asserts that nothing of the job outlives it by 2 s."""
         job = self.start(args, env=env, cwd=cwd)
-        res = job.wait(timeout)
+        res = job.wait(timeout, why)
         if check_leaks:
             self.assert_no_survivors(job, res)
         return res
@@ -278,4 +286,7 @@ def hostname():
 
 
 def main():
-    unittest.main(verbosity=2)
+    """unittest's main with honest skips (tests/unittest_main.py)."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    import unittest_main
+    unittest_main.main()

@@ -22,6 +22,10 @@ import uuid
 import ddprun_testlib as tl
 
 RDZV = os.path.join(tl.BIN_DIR, "ddprun-rdzv")
+# README "Exit status": 1 = ddprun could not run the job. An agent whose rendezvous is lost, that is
+# refused (a wrong token, a stale round) or that runs out of join_timeout exits with it.
+EXIT_COULD_NOT_RUN = 1
+SAFETY_TIMEOUT_S = tl.SAFETY_TIMEOUT_S
 REPO = tl.REPO
 DDP_TRAIN = os.path.join(REPO, "examples", "torch", "ddp_train.py")
 
@@ -139,11 +143,13 @@ class Proc:
         return tl.Job._read(self._err_path)
 
     def wait(self, timeout):
+        """Waits for the process to exit; fails the test after `timeout` (a safety timeout)."""
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.cleanup()
-            self.test.fail("%s did not exit within %ss\n%s" % (self.cmd[0], timeout, self.result(None).describe()))
+            self.test.fail("%s did not exit within the %.0fs safety timeout\n%s" % (
+                self.cmd[0], timeout, self.result(None).describe()))
         self.end = time.monotonic()
         return self.result(rc)
 

@@ -40,7 +40,7 @@ TEST_CASE("security: a well-formed 2-node job gets ranks 0 and 1", "[security]")
   CHECK(b.store_prefix() == "/run/job/round/1/");
   requireUndisturbed(*job);
   job.reset();
-  CHECK(server.stop() < 5s);
+  CHECK(server.stop() < kSafetyBound);
 }
 
 TEST_CASE("security: the job token is required, checked exactly, and never echoed or logged", "[security]") {
@@ -116,7 +116,7 @@ TEST_CASE("security: the job token is required, checked exactly, and never echoe
     requireUndisturbed(*job);
     everything += job->a->transcript() + job->b->transcript();
     job.reset();
-    CHECK(server.stop() < 5s);
+    CHECK(server.stop() < kSafetyBound);
   }
   CHECK_THAT(everything, !Contains(kToken));
   // Nothing the server logged holds the token, nor the near misses clients tried.

@@ -36,6 +36,7 @@
 #include "store/grpc_util.h"
 #include "rendezvous/rendezvous_server.h"
 #include "store/store_client.h"
+#include "safety_bound.h"
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
@@ -47,6 +48,9 @@ using Clock = std::chrono::steady_clock;
 
 // How long a reply the server owes may take (two shared cores, other builds running).
 constexpr milliseconds kReply = 3s;
+// What must not wait for a long timer (a stream's 40 s deadline, a 60 s heartbeat timeout, gRPC's
+// 120 s handshake timeout) must happen within this safety bound; it is not a speed claim.
+using ddprun::test::kSafetyBound;
 // How long a running job must stay quiet to count as undisturbed.
 constexpr milliseconds kQuiet = 300ms;
 // A distinctive job token: a match anywhere in output is a leak, never a coincidence.

@@ -21,6 +21,7 @@
 #include "store/grpc_util.h"
 #include "store/store_client.h"
 #include "store/store_service.h"
+#include "safety_bound.h"
 
 using namespace std::chrono_literals;
 using ddprun::StoreClient;
@@ -154,10 +155,11 @@ TEST_CASE("store service: timeouts raise TimeoutError naming the missing keys", 
   o.timeout = 200ms;
   StoreClient client(o);
   client.set("present", "1");
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(client.get("missing_key"), ddprun::TimeoutError);
-  CHECK(std::chrono::steady_clock::now() - start < 2s);  // the server's timeout, not the margin
-  CHECK_THAT(errorOf([&] { client.get("missing_key"); }), Contains("'missing_key'"));
+  // The server's timeout answered, naming the key; not the client's deadline (the timeout plus a
+  // margin), which cancels the call "with no answer".
+  const std::string getError = errorOf([&] { client.get("missing_key"); });
+  CHECK_THAT(getError, Contains("'missing_key'") && !Contains("no answer"));
   const std::string waitError = errorOf([&] { client.wait({"present", "absent"}, 100ms); });
   // The server names only the keys still missing.
   CHECK_THAT(waitError, Contains("key(s) 'absent' of run 'job' round 1"));
@@ -305,7 +307,8 @@ TEST_CASE("store client: connecting retries until the server is up or the limit 
     o.connectTimeout = 300ms;
     const auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_AS(StoreClient(o), ddprun::ConnectionError);
-    CHECK(std::chrono::steady_clock::now() - start < 3s);
+    // The 300 ms limit, not the default 10 s: a bound between the two, with room for a loaded machine.
+    CHECK(std::chrono::steady_clock::now() - start < 8s);
   }
   SECTION("a server that comes late") {
     int port = 0;
@@ -442,15 +445,15 @@ TEST_CASE("store client: a connection that dies without a word fails its calls w
   TcpRelay relay(server.port);
   StoreClientOptions o = clientOptions(server);
   o.address = relay.address();
-  o.timeout = 20s;
+  o.timeout = 60s;
   o.keepalive = 500ms;
   StoreClient client(o);
   REQUIRE(client.add("before", 1) == 1);
   relay.freeze();
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_AS(client.add("after", 1), ddprun::ConnectionError);
+  CHECK_THROWS_AS(client.add("after", 1), ddprun::ConnectionError);  // at the deadline it would be a TimeoutError
   const auto took = std::chrono::steady_clock::now() - start;
-  CHECK(took < 10s);  // the call's deadline is 22 s away
+  CHECK(took < ddprun::test::kSafetyBound);  // the call's deadline is 62 s away
   // The server is fine; a client that reaches it directly carries on.
   StoreClient direct(clientOptions(server));
   CHECK(direct.add("before", 1) == 2);
@@ -526,9 +529,8 @@ TEST_CASE("store client: too many waits on one client are refused", "[store][ses
     std::this_thread::sleep_for(5ms);
   }
   REQUIRE(server.service.store().nextDeadline().has_value());
-  const auto start = std::chrono::steady_clock::now();
+  // Refused, not timed out (the message says which).
   CHECK_THAT(errorOf([&] { client.wait({"b"}); }), Contains("too many pending store waits"));
-  CHECK(std::chrono::steady_clock::now() - start < 1s);  // refused at once, not timed out
   client.set("a", "1");
   first.get();
   // The slot is free again: this wait is accepted, and times out instead of being refused.
@@ -582,7 +584,7 @@ TEST_CASE("store client: the call's deadline fires on a server that never answer
   const auto took = std::chrono::steady_clock::now() - start;
   CHECK_THAT(error, Contains("get of 'k'"));
   CHECK(took >= 2s);
-  CHECK(took < 5s);
+  CHECK(took < ddprun::test::kSafetyBound);  // a safety bound: the deadline is about 2.1 s away
   // The stream was cancelled; the next call opens another one (and times out the same way).
   CHECK_THROWS_AS(client.add("n", 1), ddprun::TimeoutError);
   server->Shutdown(std::chrono::system_clock::now() + 1s);

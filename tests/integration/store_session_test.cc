@@ -18,6 +18,7 @@
 #include "ddprun/v1/store.grpc.pb.h"
 #include "store/grpc_util.h"
 #include "store/store_service.h"
+#include "safety_bound.h"
 
 using namespace std::chrono_literals;
 namespace v1 = ddprun::v1;
@@ -216,7 +217,7 @@ TEST_CASE("store session: undecodable and oversized messages end the stream, not
   SECTION("bytes that are no StoreRequest") {
     grpc::GenericStub generic(ddprun::makeChannel(server.address()));
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    context.set_deadline(std::chrono::system_clock::now() + 60s);  // beyond the safety bound below
     grpc::CompletionQueue cq;
     auto call = generic.PrepareCall(&context, "/ddprun.v1.Store/Session", &cq);
     void* tag = nullptr;
@@ -235,7 +236,7 @@ TEST_CASE("store session: undecodable and oversized messages end the stream, not
     while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(3)) {
     }
     CHECK(status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
-    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);
     cq.Shutdown();
     while (cq.Next(&tag, &ok)) {
     }
@@ -326,9 +327,10 @@ TEST_CASE("store session: shutdown ends open sessions at once", "[store][session
   server.service.shutdown();
   const auto status = session.finish();
   CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
-  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  // Safety bounds: the pending get's deadline is 60 s away.
+  CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);
   server.server->Shutdown();  // no deadline: returns because no session is left open
-  CHECK(std::chrono::steady_clock::now() - start < 3s);
+  CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);
   RawSession late(server);
   CHECK(late.finish().error_code() != grpc::StatusCode::OK);
 }
@@ -380,7 +382,7 @@ TEST_CASE("store session: shutdown with many sessions open and waits pending",
   for (auto& s : sessions) CHECK(s->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
   server->server->Shutdown();
   server.reset();
-  CHECK(std::chrono::steady_clock::now() - start < 3s);
+  CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);  // the waits' deadlines: 60 s
 }
 
 TEST_CASE("store session: the server's shutdown alone ends sessions with pending waits",
@@ -394,7 +396,7 @@ TEST_CASE("store session: the server's shutdown alone ends sessions with pending
   server->server->Shutdown(std::chrono::system_clock::now() + 100ms);  // cancels the stream
   CHECK_FALSE(session.finish().ok());
   server.reset();
-  CHECK(std::chrono::steady_clock::now() - start < 3s);
+  CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);  // the wait's deadline: 60 s
 }
 
 TEST_CASE("store session: clients that vanish with waits pending leave a server that serves on",

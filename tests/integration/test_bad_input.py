@@ -1,5 +1,6 @@
 """Bad command lines: exactly one line on stderr naming the problem, exit status 2, nothing
-started, within a second. Plus --help and --dry_run, which start nothing either."""
+started. Plus --help and --dry_run, which start nothing either. (How fast a bad command line is
+rejected is a speed question for bench/, not a pass criterion.)"""
 
 import os
 
@@ -18,14 +19,15 @@ class BadInputTest(DdprunTestCase):
 
     def check_rejected(self, args, must_name, env=None):
         job = self.start(args, env=env)
-        res = job.wait(10)
+        # A worker would sleep 30 s: a ddprun that started one instead of rejecting the command
+        # line fails by the started_* file, or by the safety timeout.
+        res = job.wait(why="a bad command line must be rejected before anything starts")
         self.assert_exit(res, 2)
         lines = res.stderr.splitlines()
         self.assertEqual(len(lines), 1, "expected exactly one line on stderr\n" + res.describe())
         for needle in must_name:
             self.assertIn(needle, lines[0], "the error does not name %r\n%s" % (needle, res.describe()))
         self.assert_no_crash_text(lines[0], res)
-        self.assertLess(res.elapsed, 1.0, "rejecting a bad command line took too long\n" + res.describe())
         self.assertEqual(self.started(), [], "a worker was started\n" + res.describe())
         self.assert_no_survivors(job, res, grace=0.5)
 
@@ -94,7 +96,7 @@ class BadInputTest(DdprunTestCase):
 
     def test_help_starts_nothing(self):
         job = self.start(["--help"])
-        res = job.wait(10)
+        res = job.wait()
         self.assert_exit(res, 0)
         self.assertIn("--nproc_per_node", res.stdout + res.stderr)
         self.assertEqual(self.started(), [])

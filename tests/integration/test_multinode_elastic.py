@@ -3,17 +3,20 @@
 - A new agent joining a running --nnodes=1:3 job grows it: the running workers restart into a
   round whose WORLD_SIZE includes the newcomer; the restart budget is not spent.
 - A ddprun-rdzv daemon killed (SIGKILL) and restarted on the same port while a job runs: the old
-  agents do not silently continue; they fail with a clear error within a bound and leave nothing.
+  agents do not silently continue; they fail with a clear error and exit status 1 (could not run
+  the job), and leave nothing.
 - One daemon serves two jobs at once, apart by run id, and a finished job's id can run again.
 - The daemon raises its open file limit to the hard limit (one fd per agent and store client) and
   warns when that is small.
 - Tokens: agents with the daemon's (or the hosting agent's) token run; an agent with a wrong token
-  or none fails, naming the token, without disturbing the job; the token appears in no process's
-  command line and in no output.
+  or none fails with exit status 1, naming the token, without disturbing the job; the token
+  appears in no process's command line and in no output.
+
+Time limits are safety timeouts (SAFETY_TIMEOUT_S), not speed claims: the workers hold for 60 s
+unless their agents restart or stop them, longer than any of these limits.
 """
 
 import os
-import time
 import uuid
 
 import multinode_lib as ml
@@ -56,11 +59,12 @@ class MultiNodeElasticTest(ml.MultiNodeTestCase):
         self.wait_records(self.round_of("a", 2), 15, [a], "agent a's first round")
         round1 = self.current_round(self.records(), "a", 2)
 
-        joined_at = time.monotonic()
         b = self.agent("b", self.elastic_args("1:3", port, nproc=2, conf=conf, extra=["--max_restarts=1"]) + [prog])
         jobs = [a, b]
-        grown_at = self.wait_records(self.round_of("ab", 2, after=round1), 15, jobs, "a round of both agents")
-        self.assertLess(grown_at - joined_at, 10.0)
+        # Agent a's workers hold for 60 s: only a join that interrupts the running round makes the
+        # grown round within the safety timeout.
+        self.wait_records(self.round_of("ab", 2, after=round1), ml.SAFETY_TIMEOUT_S, jobs,
+                          "a round of both agents (the join must interrupt the running round)")
         recs = self.records()
         round2 = self.current_round(recs, "ab", 2)
         new = [r for r in recs if r["round"] == round2]
@@ -86,19 +90,15 @@ class MultiNodeElasticTest(ml.MultiNodeTestCase):
         self.wait_records(self.round_of("ab", 2), 15, jobs, "the first round")
         round1 = self.current_round(self.records(), "ab", 2)
 
-        killed_at = time.monotonic()
         daemon.kill()
         self.assertEqual(daemon.proc.wait(5), -9)
         new_daemon = ml.Daemon(self, port)  # the same port: agents that reconnect reach a daemon without the job
-        results = self.wait_all(jobs, 15)
-        took = time.monotonic() - killed_at
+        results = self.wait_all(jobs, ml.SAFETY_TIMEOUT_S)
         for res in results:
-            self.assertIsNotNone(res.returncode)
-            self.assertNotEqual(res.returncode, 0,
-                                "an agent went on after its rendezvous died\n" + self.describe_all(jobs))
+            self.assertEqual(res.returncode, ml.EXIT_COULD_NOT_RUN,
+                             "an agent whose rendezvous died must exit 1\n" + self.describe_all(jobs))
             self.assertIn("rendezvous", res.stderr.lower(), "no clear error\n" + res.describe())
             self.assert_no_crash_text(res.stderr, res)
-        self.assertLess(took, 15)
         self.assert_no_leftovers(jobs)
         recs = self.records()
         self.assertEqual({r["round"] for r in recs}, {round1},
@@ -188,7 +188,7 @@ class MultiNodeElasticTest(ml.MultiNodeTestCase):
             intruders.append(self.agent(tag, self.elastic_args("2:3", port, nproc=1, conf=conf_i,
                                                                extra=["--log_level=debug"]) + [prog],
                                         env={"DDPRUN_RDZV_TOKEN": None}))
-        for res in self.wait_all(intruders, 15):
+        for res in self.wait_all(intruders, ml.SAFETY_TIMEOUT_S):
             # Refused at once as a configuration error (exit 2), not "lost the rendezvous" later.
             self.assert_exit(res, 2)
             self.assertIn("refused the job token (UNAUTHENTICATED)", res.stderr,

@@ -2,13 +2,18 @@
 
 - A worker failure on one node with --max_restarts=1 restarts the workers of ALL nodes, into one
   new round, with TORCHELASTIC_RESTART_COUNT=1 everywhere and stable ranks; with the budget spent
-  (--max_restarts=0) every agent fails promptly, all with the failed worker's exit code.
+  (--max_restarts=0) every agent ends, without waiting for its workers, with the failed worker's
+  exit code.
 - kill -9 of a whole agent that hosts nothing (the rendezvous is a ddprun-rdzv daemon, or embedded
-  in another agent): with --nnodes=2:3 the survivors restart into a smaller round within seconds,
-  without spending the restart budget; with --nnodes=3 they fail within join_timeout instead of
-  hanging. No worker of the killed agent survives it. SIGTERM to an agent does the same as a
-  leave (it does not close the job for the others); kill -9 of the agent that hosts the embedded
-  rendezvous fails the others promptly and cleanly.
+  in another agent): with --nnodes=2:3 the survivors restart into a smaller round as soon as the
+  agent's stream breaks (not after a heartbeat timeout), without spending the restart budget;
+  with --nnodes=3 they fail after join_timeout instead of hanging. No worker of the killed agent
+  survives it. SIGTERM to an agent does the same as a leave (it does not close the job for the
+  others); kill -9 of the agent that hosts the embedded rendezvous fails the others cleanly, with
+  exit status 1 (could not run the job).
+
+Time limits are safety timeouts (SAFETY_TIMEOUT_S), not speed claims: what the agents must not wait
+for (the workers' 60 s hold, a 60 s heartbeat timeout, a 600 s join timeout) lasts far longer.
 """
 
 import signal
@@ -75,14 +80,13 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
             ranks.setdefault((r["node"], r["local_rank"]), set()).add(r["rank"])
         self.assertTrue(all(len(v) == 1 for v in ranks.values()), "ranks moved across the restart: %s" % recs)
 
-    def test_budget_spent_fails_every_node_promptly(self):
+    def test_budget_spent_ends_every_node_with_the_failed_workers_exit_code(self):
         port = ml.free_port()
         prog = self.recorder(fail_node="c", fail_local=1, fail_attempt=0, exit_code=7)
         jobs = self.start_three(3, port, prog=prog, extra=["--max_restarts=0"])
         self.first_round(jobs)
-        failed_at = time.monotonic()
-        results = self.wait_all(jobs, 20)
-        took = time.monotonic() - failed_at
+        # The other workers hold for 60 s unless their agents stop them: a safety timeout below that.
+        results = self.wait_all(jobs, ml.SAFETY_TIMEOUT_S)
         # Every node exits with the job's first failure (one exit code for the scheduler), and the
         # others say which worker it was.
         for res in results:
@@ -94,34 +98,34 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
                              res.describe())
         self.assertIn("fails in attempt 0", results[2].stderr, "the failing worker's stderr is not reported\n" +
                       results[2].describe())
-        self.assertLess(took, 20)
         self.assert_no_leftovers(jobs)
         self.assertEqual({r["restart"] for r in self.records()}, {0}, "a restart happened with max_restarts=0")
 
     # --- a whole agent dies --------------------------------------------------------------
     def check_survivors_continue(self, embedded, sig=signal.SIGKILL):
-        """Three agents, --nnodes=2:3; agent c (which hosts nothing) gets `sig`."""
+        """Three agents, --nnodes=2:3; agent c (which hosts nothing) gets `sig`. The heartbeat
+        timeout is 60 s, longer than the safety timeout: only the broken stream (or the leave)
+        can tell the survivors in time."""
         port = ml.free_port()
         if embedded:
             prog = self.recorder()
-            conf = "last_call_timeout=10"
+            conf = "last_call_timeout=10,heartbeat_timeout=60"
             a = self.agent("a", self.elastic_args("2:3", port, nproc=2, conf=conf) + [prog])
             self.assertTrue(ml.wait_listening(port, proc=a.proc), "agent a did not host\n" + self.describe_all([a]))
             jobs = [a] + [self.agent(t, self.elastic_args("2:3", port, nproc=2, conf=conf) + [prog]) for t in "bc"]
         else:
             ml.Daemon(self, port)
-            jobs = self.start_three("2:3", port, conf="is_host=0,last_call_timeout=10")
+            jobs = self.start_three("2:3", port, conf="is_host=0,last_call_timeout=10,heartbeat_timeout=60")
         round1 = self.first_round(jobs)
 
         victim = jobs[2]
-        signalled_at = time.monotonic()
         victim.kill(sig)  # the agent only, as a crash or an OOM kill would: not its process group
-        done_at = self.wait_records(
+        self.wait_records(
             lambda recs: ml.round_complete(recs, max(ml.latest_round(recs, n) for n in "ab"), "ab", 2, 4)
             and all(ml.latest_round(recs, n) > round1 for n in "ab"),
-            10, jobs[:2], "the survivors' workers to restart in a round of 4")
-        self.assertLess(done_at - signalled_at, 5.0,
-                        "survivors took %.1fs to notice that an agent is gone" % (done_at - signalled_at))
+            ml.SAFETY_TIMEOUT_S, jobs[:2],
+            "the survivors' workers to restart in a round of 4 (the heartbeat timeout is 60 s: the server must "
+            "notice the broken stream)")
         self.assertEqual(victim.wait(10).returncode, -9 if sig == signal.SIGKILL else 128 + sig)
         left = victim.survivors(grace=3.0)
         self.assertEqual(left, [], "workers of the stopped agent outlived it")
@@ -149,28 +153,27 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
         # DESIGN: an agent stopped by a signal does not close the rendezvous for the others.
         self.check_survivors_continue(embedded=False, sig=signal.SIGTERM)
 
-    def test_kill9_of_hosting_agent_fails_the_others_promptly(self):
+    def test_kill9_of_hosting_agent_fails_the_others_with_exit_1(self):
         port = ml.free_port()
         prog = self.recorder()
-        host = self.agent("a", self.elastic_args("2:3", port, nproc=2, conf="last_call_timeout=10") + [prog])
+        # heartbeat_timeout=2: the others try to join again for 2 x 2 s, then give up.
+        conf = "last_call_timeout=10,heartbeat_timeout=2"
+        host = self.agent("a", self.elastic_args("2:3", port, nproc=2, conf=conf) + [prog])
         self.assertTrue(ml.wait_listening(port, proc=host.proc), "agent a did not host\n" + self.describe_all([host]))
-        jobs = [host] + [self.agent(t, self.elastic_args("2:3", port, nproc=2, conf="last_call_timeout=10") + [prog])
-                         for t in "bc"]
+        jobs = [host] + [self.agent(t, self.elastic_args("2:3", port, nproc=2, conf=conf) + [prog]) for t in "bc"]
         round1 = self.first_round(jobs)
-        killed_at = time.monotonic()
         host.kill()
-        results = self.wait_all(jobs[1:], 15)
-        took = time.monotonic() - killed_at
+        # Their workers hold for 60 s: agents that went on without the rendezvous miss the timeout.
+        results = self.wait_all(jobs[1:], ml.SAFETY_TIMEOUT_S)
         for res in results:
-            self.assertIsNotNone(res.returncode)
-            self.assertNotEqual(res.returncode, 0,
-                                "an agent went on without its rendezvous\n" + self.describe_all(jobs))
+            self.assertEqual(res.returncode, ml.EXIT_COULD_NOT_RUN,
+                             "an agent that lost its rendezvous must exit 1\n" + self.describe_all(jobs))
+            self.assertIn("rendezvous", res.stderr.lower(), "no clear error\n" + res.describe())
             self.assert_no_crash_text(res.stderr, res)
-        self.assertLess(took, 15)
         self.assert_no_leftovers(jobs)
         self.assertEqual({r["round"] for r in self.records()}, {round1})
 
-    def test_kill9_agent_below_min_nodes_fails_within_join_timeout(self):
+    def test_kill9_agent_below_min_nodes_fails_after_join_timeout_with_exit_1(self):
         port = ml.free_port()
         ml.Daemon(self, port)
         jobs = self.start_three(3, port, conf="is_host=0,join_timeout=3")
@@ -179,11 +182,12 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
         victim = jobs[2]
         killed_at = time.monotonic()
         victim.kill()
-        results = self.wait_all(jobs[:2], 3 + 10)
+        # join_timeout=3 (the default is 600 s): survivors that kept waiting miss the safety timeout.
+        results = self.wait_all(jobs[:2], ml.SAFETY_TIMEOUT_S)
         took = time.monotonic() - killed_at
         for res in results:
-            self.assertIsNotNone(res.returncode)
-            self.assertNotEqual(res.returncode, 0, "survivors below --nnodes=3 succeeded\n" + self.describe_all(jobs))
+            self.assertEqual(res.returncode, ml.EXIT_COULD_NOT_RUN,
+                             "survivors below --nnodes=3 must fail with exit 1\n" + self.describe_all(jobs))
             self.assert_no_crash_text(res.stderr, res)
         self.assertGreater(took, 1.0, "survivors gave up at once instead of waiting for a replacement "
                            "(join_timeout=3)\n" + self.describe_all(jobs))

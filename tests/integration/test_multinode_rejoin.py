@@ -5,14 +5,16 @@ Agent a reaches the daemon through a TCP proxy that the test controls; agent b c
   its workers and joins again; both nodes run the next round together, without spending the
   restart budget, and the job ends with 0.
 - The proxy stops for good: a tries to join again for 2 x heartbeat_timeout, then fails with a
-  clear error; b, below --nnodes' minimum, fails after join_timeout. Nothing is left behind.
+  clear error; b, below --nnodes' minimum, fails after join_timeout; both exit 1 (could not run
+  the job). Nothing is left behind.
 - Static mode (node 0 hosts, node 1 behind the proxy): after a reset node 1 joins again with its
   --node_rank and the ranks stay where they were.
+
+Time limits are safety timeouts (SAFETY_TIMEOUT_S), not speed claims.
 """
 
 import socket
 import threading
-import time
 
 import multinode_lib as ml
 from ddprun_testlib import main
@@ -109,12 +111,10 @@ class RejoinTest(ml.MultiNodeTestCase):
     def test_dropped_connection_rejoins_next_round(self):
         jobs, first = self.start()
         connections = self.proxy.accepted
-        cut_at = time.monotonic()
         self.proxy.cut()
-        rejoined_at = self.wait_records(
+        self.wait_records(
             lambda recs: any(rn > first and ml.round_complete(recs, rn, "ab", 2, 4) for rn in {r["round"] for r in recs}),
-            10 * HEARTBEAT_S, jobs, "a round of both agents after the cut")
-        self.assertLess(rejoined_at - cut_at, 5 * HEARTBEAT_S)
+            ml.SAFETY_TIMEOUT_S, jobs, "a round of both agents after the cut")
         self.assertGreater(self.proxy.accepted, connections, "agent a never connected again")
         recs = self.records()
         again = max(r["round"] for r in recs)
@@ -130,17 +130,15 @@ class RejoinTest(ml.MultiNodeTestCase):
 
     def test_rendezvous_gone_for_good_fails_cleanly(self):
         jobs, _ = self.start(",join_timeout=3")
-        stopped_at = time.monotonic()
         self.proxy.stop()
         a, b = jobs
-        res_a = a.wait(10 * HEARTBEAT_S + 10)
-        took = time.monotonic() - stopped_at
-        self.assertNotEqual(res_a.returncode, 0, res_a.describe())
+        # The workers hold for 60 s: agents that went on without the rendezvous miss the timeout.
+        res_a = a.wait(ml.SAFETY_TIMEOUT_S)
+        self.assertEqual(res_a.returncode, ml.EXIT_COULD_NOT_RUN, res_a.describe())
         self.assertIn("could not join again within %ds" % (2 * HEARTBEAT_S), res_a.stderr, res_a.describe())
         self.assert_no_crash_text(res_a.stderr, res_a)
-        self.assertLess(took, 2 * HEARTBEAT_S + 8)
-        res_b = b.wait(20)
-        self.assertNotEqual(res_b.returncode, 0, res_b.describe())
+        res_b = b.wait(ml.SAFETY_TIMEOUT_S)
+        self.assertEqual(res_b.returncode, ml.EXIT_COULD_NOT_RUN, res_b.describe())
         self.assert_no_crash_text(res_b.stderr, res_b)
         self.assert_no_leftovers(jobs)
 
@@ -167,7 +165,7 @@ class RejoinTest(ml.MultiNodeTestCase):
         self.wait_records(both(0), 20, jobs, "the first round of both nodes")
         first = max(r["round"] for r in self.records())
         self.proxy.cut()
-        self.wait_records(both(first), 10 * HEARTBEAT_S, jobs, "a round of both nodes after the cut")
+        self.wait_records(both(first), ml.SAFETY_TIMEOUT_S, jobs, "a round of both nodes after the cut")
         recs = self.records()
         again = [r for r in recs if r["round"] == max(x["round"] for x in recs)]
         self.assertEqual(sorted((r["node"], r["rank"]) for r in again),

@@ -8,8 +8,11 @@ Topology (all names carry this process's id, so parallel runs never collide):
 One ddprun agent runs in each host namespace (elastic, --nnodes=2:3, endpoint 192.0.2.1:PORT, which
 agent a hosts because only its namespace has that address; heartbeat_timeout=2). Host c is then cut
 off by setting its bridge port down: no FIN, no RST, only silence. The others must notice through
-the missed heartbeats and restart their workers into a smaller round within a few seconds; the
-cut-off agent must not keep its workers running (it loses the rendezvous and stops them).
+the missed heartbeats and restart their workers into a smaller round: the round is interrupted
+because host c "left: no heartbeat for 2.0s" (the reason the agents log), not because its
+connection failed (gRPC's TCP user timeout drops it after about 20 s, which a time bound under
+load could not tell apart). The cut-off agent must not keep its workers running (it loses the
+rendezvous, stops them and exits 1). Time limits are safety timeouts, not speed claims.
 
 Every namespace (and with it every veth and the bridge) is deleted at the end, also on failure.
 The test needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN); where namespaces cannot be created it FAILS.
@@ -18,13 +21,11 @@ The test needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN); where namespaces cannot be c
 import os
 import subprocess
 import sys
-import time
 
 import multinode_lib as ml
 from ddprun_testlib import main
 
 HEARTBEAT_S = 2
-SLACK_S = 4  # the machine is small and shared: detection plus restart within heartbeat + 4 s
 
 
 def ip(*args, check=True):
@@ -109,7 +110,8 @@ class NetnsTest(ml.MultiNodeTestCase):
         conf = "heartbeat_timeout=%d,last_call_timeout=10" % HEARTBEAT_S
         agents = {}
         for t in ("a", "b", "c"):  # a first: it owns 192.0.2.1, so it hosts the endpoint
-            agents[t] = self.agent(t, self.elastic_args("2:3", port, nproc=2, conf=conf, host=h.addr["a"]) + [prog],
+            agents[t] = self.agent(t, self.elastic_args("2:3", port, nproc=2, conf=conf, host=h.addr["a"],
+                                                        extra=["--log_level=info"]) + [prog],
                                    prefix=h.exec_prefix(t))
         jobs = list(agents.values())
 
@@ -127,13 +129,13 @@ class NetnsTest(ml.MultiNodeTestCase):
         master_node = next(r["node"] for r in first if r["group_rank"] == 0)
         self.assertEqual({r["master_addr"] for r in first}, {h.addr[master_node]}, recs)
 
-        cut_at = time.monotonic()
         h.cut("c")
-        seen_at = self.wait_records(round_with("ab", after=round1), HEARTBEAT_S + 10, jobs[:2],
-                                    "the connected hosts to restart without host c")
-        took = seen_at - cut_at
-        self.assertLess(took, HEARTBEAT_S + SLACK_S,
-                        "hosts a and b took %.1fs to drop a silent host (heartbeat_timeout=%ds)" % (took, HEARTBEAT_S))
+        self.wait_records(round_with("ab", after=round1), ml.SAFETY_TIMEOUT_S, jobs[:2],
+                          "the connected hosts to restart without host c (heartbeat_timeout=%ds)" % HEARTBEAT_S)
+        for t in "ab":
+            self.assertRegex(agents[t].stderr(), r"interrupted: node \S+ left: no heartbeat for %d\.0s" % HEARTBEAT_S,
+                             "host %s's round was not interrupted by the missed heartbeats of host c\n%s"
+                             % (t, self.describe_all(jobs)))
         recs = self.records()
         new = [r for r in recs if r["round"] > round1]
         self.assertEqual({r["node"] for r in new}, {"a", "b"}, recs)
@@ -141,8 +143,9 @@ class NetnsTest(ml.MultiNodeTestCase):
         self.assertEqual(sorted(r["rank"] for r in new), [0, 1, 2, 3], recs)
 
         # The cut-off host cannot reach its rendezvous: it must stop its workers and fail by itself.
-        res_c = agents["c"].wait(15)
-        self.assertNotEqual(res_c.returncode, 0, "the partitioned agent succeeded\n" + res_c.describe())
+        res_c = agents["c"].wait(ml.SAFETY_TIMEOUT_S)
+        self.assertEqual(res_c.returncode, ml.EXIT_COULD_NOT_RUN,
+                         "the partitioned agent must fail with exit 1\n" + res_c.describe())
         self.assertEqual(agents["c"].survivors(grace=3.0), [], "workers of the partitioned host kept running")
 
         self.release()

@@ -1,6 +1,7 @@
 """Restarts: --max_restarts restarts the whole worker group with TORCHELASTIC_RESTART_COUNT set to
 the attempt number, a spent budget ends the job with the failing exit code, and restarts are
-event-driven (no multi-second monitor poll)."""
+event-driven (no wait for a --monitor_interval tick). Time limits are safety timeouts
+(SAFETY_TIMEOUT_S): what ddprun must not wait for lasts far longer."""
 
 from ddprun_testlib import DdprunTestCase, main
 
@@ -36,7 +37,6 @@ class RestartTest(DdprunTestCase):
             self.assertTrue(all(a[1] == "2" for a in got), got)          # TORCHELASTIC_MAX_RESTARTS
             self.assertTrue(all(a[2] == str(lr) for a in got), got)      # same rank every attempt
             self.assertTrue(all(a[3] == "2" for a in got), got)          # WORLD_SIZE
-        self.assertLess(res.elapsed, 10.0, res.describe())
 
     def test_budget_exhausted_returns_failing_exit_code(self):
         prog = self.worker(succeed_from=99, code=21)
@@ -54,20 +54,20 @@ class RestartTest(DdprunTestCase):
         self.assertEqual([a[0] for a in self.attempts(1)], ["0"], res.describe())
 
     def test_restarts_stop_the_surviving_sibling(self):
-        # Rank 0 would sleep a minute in every attempt; each failure of rank 1 must stop it at once.
-        prog = self.worker(succeed_from=2, rest='if [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ]; then exec sleep 60; fi\nexit 0')
-        res = self.run_job(["--standalone", "--nproc_per_node=2", "--max_restarts=2", prog])
+        # Rank 0 would sleep ten minutes in every attempt; each failure of rank 1 must stop it.
+        prog = self.worker(succeed_from=2, rest='if [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ]; then exec sleep 600; fi\nexit 0')
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--max_restarts=2", prog],
+                           why="rank 0 sleeps 600 s in attempts 0 and 1 unless the restart stops it")
         self.assert_exit(res, 0)
         self.assertEqual([a[0] for a in self.attempts(0)], ["0", "1", "2"], res.describe())
-        self.assertLess(res.elapsed, 10.0, "restarts waited for the sleeping sibling\n" + res.describe())
 
     def test_restarts_are_event_driven_even_with_long_monitor_interval(self):
-        # torchrun polls every --monitor_interval; with 5 s, four attempts would take >= 15 s.
+        # torchrun polls every --monitor_interval; with 60 s, four attempts would take >= 180 s.
         prog = self.worker(succeed_from=3)
-        res = self.run_job(["--standalone", "--nproc_per_node=2", "--max_restarts=3", "--monitor_interval=5", prog])
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--max_restarts=3", "--monitor_interval=60", prog],
+                           why="restarts that waited for --monitor_interval=60 ticks take >= 180 s")
         self.assert_exit(res, 0)
         self.assertEqual([a[0] for a in self.attempts(1)], ["0", "1", "2", "3"], res.describe())
-        self.assertLess(res.elapsed, 10.0, "restarts are not event-driven\n" + res.describe())
 
     def test_python_worker_restarts_from_env(self):
         prog = self.write_file("restart.py", """

@@ -1,5 +1,9 @@
 """Signals sent to ddprun: forwarded to every worker, exit status 128+signal, SIGKILL after
---shutdown_timeout for a worker that ignores SIGTERM, and a second SIGINT escalates at once."""
+--shutdown_timeout for a worker that ignores SIGTERM, and a second SIGINT escalates at once.
+
+Time limits are safety timeouts (SAFETY_TIMEOUT_S): where a test checks that ddprun does not wait
+out a grace period, the grace is far longer than that. Lower bounds (ddprun did wait the grace)
+are exact properties: a loaded machine only makes things slower."""
 
 import os
 import signal
@@ -8,6 +12,8 @@ import time
 from ddprun_testlib import SH, DdprunTestCase, main, worker
 
 NPROC = 3
+# The default --shutdown_timeout (torchrun's): a worker ignoring SIGTERM is killed after it.
+DEFAULT_GRACE_S = 30
 
 
 class SignalForwardingTest(DdprunTestCase):
@@ -17,18 +23,16 @@ class SignalForwardingTest(DdprunTestCase):
             with self.subTest(signal=name):
                 sub = self.path(name)
                 os.mkdir(sub)
-                job = self.start(["--standalone", "--nproc_per_node=%d" % NPROC, "--shutdown_timeout=20",
+                job = self.start(["--standalone", "--nproc_per_node=%d" % NPROC, "--shutdown_timeout=300",
                                   SH, worker("trap_signals.sh"), sub])
                 self.wait_for_files(["%s/ready_%d" % (name, r) for r in range(NPROC)], job=job)
-                sent = time.monotonic()
                 job.signal(sig)
-                res = job.wait(20)
+                # The workers exit at once on the signal: ddprun must not wait out the 300 s grace.
+                res = job.wait(why="the workers exit on the signal; ddprun must not wait out the 300 s grace")
                 self.assert_exit(res, 128 + sig)
                 for r in range(NPROC):
                     self.assertEqual(self.read("%s/sig_%d" % (name, r)).strip(), name,
                                      "worker %d did not get SIG%s\n%s" % (r, name, res.describe()))
-                # The workers exit at once on the signal: ddprun must not wait out the 20 s grace.
-                self.assertLess(time.monotonic() - sent, 8.0, res.describe())
                 self.assert_no_crash_text(res.stderr, res)
                 self.assert_no_survivors(job, res)
 
@@ -47,7 +51,8 @@ class SignalForwardingTest(DdprunTestCase):
         took = time.monotonic() - sent
         self.assert_exit(res, 128 + signal.SIGTERM)
         self.assertGreaterEqual(took, 0.8, "workers ignoring SIGTERM were not given the 1 s grace\n" + res.describe())
-        self.assertLess(took, 10.0, "--shutdown_timeout=1 was not honoured\n" + res.describe())
+        self.assertLess(took, DEFAULT_GRACE_S - 5, "--shutdown_timeout=1 was not honoured (a generous bound, below "
+                        "the default grace of %d s)\n%s" % (DEFAULT_GRACE_S, res.describe()))
         self.assert_no_survivors(job, res)
 
     def test_shutdown_timeout_dashed_spelling(self):
@@ -64,7 +69,8 @@ class SignalForwardingTest(DdprunTestCase):
         took = time.monotonic() - sent
         self.assert_exit(res, 128 + signal.SIGTERM)
         self.assertGreaterEqual(took, 0.8, res.describe())
-        self.assertLess(took, 10.0, res.describe())
+        self.assertLess(took, DEFAULT_GRACE_S - 5, "--shutdown-timeout 1 was not honoured (a generous bound, below "
+                        "the default grace of %d s)\n%s" % (DEFAULT_GRACE_S, res.describe()))
 
     def test_second_sigint_escalates_to_sigkill(self):
         prog = self.script("deaf.sh", """
@@ -72,18 +78,15 @@ class SignalForwardingTest(DdprunTestCase):
             echo $$ > "%s/ready_$LOCAL_RANK"
             while :; do sleep 1; done
             """ % self.tmp)
-        job = self.start(["--standalone", "--nproc_per_node=2", "--shutdown_timeout=60", prog])
+        job = self.start(["--standalone", "--nproc_per_node=2", "--shutdown_timeout=300", prog])
         self.wait_for_files(["ready_0", "ready_1"], job=job)
         time.sleep(0.1)
-        sent = time.monotonic()
         job.signal(signal.SIGINT)
         time.sleep(0.3)
         self.assertIsNone(job.proc.poll(), "ddprun exited on the first SIGINT although workers ignore it")
         job.signal(signal.SIGINT)
-        res = job.wait(30)
-        took = time.monotonic() - sent
+        res = job.wait(why="the second SIGINT must kill the workers that ignore SIGINT, not wait the 300 s grace")
         self.assert_exit(res, 128 + signal.SIGINT)
-        self.assertLess(took, 5.0, "second SIGINT did not kill the workers at once\n" + res.describe())
         self.assert_no_crash_text(res.stderr, res)
         self.assert_no_survivors(job, res)
 
@@ -102,11 +105,10 @@ class SignalForwardingTest(DdprunTestCase):
         job.signal(signal.SIGINT)
         time.sleep(0.5)
         self.assertIsNone(job.proc.poll(), "two SIGINTs 1.5 s apart killed the workers before the grace ended")
-        res = job.wait(30)
+        res = job.wait()
         took = time.monotonic() - sent
         self.assert_exit(res, 128 + signal.SIGINT)
-        self.assertGreaterEqual(took, 3.2, res.describe())
-        self.assertLess(took, 12.0, res.describe())
+        self.assertGreaterEqual(took, 3.2, "the workers were killed before the 3.5 s grace ended\n" + res.describe())
 
     def test_single_sigint_waits_for_grace(self):
         # Counterpart of the escalation test: one SIGINT alone leaves the ignoring workers running
@@ -123,11 +125,10 @@ class SignalForwardingTest(DdprunTestCase):
         job.signal(signal.SIGINT)
         time.sleep(1.0)
         self.assertIsNone(job.proc.poll(), "ddprun did not give the workers their grace period")
-        res = job.wait(30)
+        res = job.wait()
         took = time.monotonic() - sent
         self.assert_exit(res, 128 + signal.SIGINT)
-        self.assertGreaterEqual(took, 1.8, res.describe())
-        self.assertLess(took, 10.0, res.describe())
+        self.assertGreaterEqual(took, 1.8, "the workers were killed before the 2 s grace ended\n" + res.describe())
 
     def test_signal_does_not_trigger_a_restart(self):
         # Workers stopped because ddprun was told to stop must not be restarted, budget or not.

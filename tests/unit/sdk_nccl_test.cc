@@ -1,6 +1,7 @@
 // The NCCL backend. The unique-id exchange through the store needs no GPU (ncclGetUniqueId works
-// without one) and always runs where libddp was built with NCCL; whatever needs a device is
-// skipped, with a warning, when cudaGetDeviceCount reports none (Catch2 2.x has no SKIP).
+// without one) and runs wherever libddp was built with NCCL; whatever needs a device (or two) is
+// reported skipped, with the reason, when cudaGetDeviceCount reports fewer (test_skip.h), and
+// the refusals are checked where they happen (a build without NCCL, a machine without a GPU).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "test_skip.h"
 #include "worker_sdk/backends.h"
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
@@ -62,8 +64,8 @@ float gradValue(int r, std::size_t g, std::size_t i, int step) {
   return static_cast<float>(r * 10 + g) + 0.25f * static_cast<float>(i) + static_cast<float>(step);
 }
 
-// One rank of the staging test on its own device: a staging round trip, allReduceHost, and two
-// reducer steps with small buckets. Returns the gradients; throws on a wrong intermediate value
+// One rank of the staging tests on its own device (device = rank): a staging round trip,
+// allReduceHost, and two reducer steps with small buckets. Returns the gradients; throws on a wrong intermediate value
 // (Catch2's assertions are not thread-safe).
 std::vector<std::vector<float>> stagedRank(ddp::Store& store, int rank, int size) {
   ddp::CommunicatorOptions options;
@@ -99,82 +101,9 @@ std::vector<std::vector<float>> stagedRank(ddp::Store& store, int rank, int size
   return grads;
 }
 
-}  // namespace
-
-TEST_CASE("unique-id exchange: rank 0 creates, every rank reads the same bytes", "[sdk]") {
-  ddp::InProcessStore store;
-  int created = 0;
-  const auto got = exchange(store, 4, [&] {
-    ++created;  // rank 0 only: no race
-    return std::string("id\0with-nul", 11);
-  });
-  CHECK(created == 1);
-  for (const auto& id : got) CHECK(id == std::string("id\0with-nul", 11));
-
-  ddp::InProcessStore empty;
-  CHECK_THROWS_WITH(ddp::detail::exchangeUniqueId(empty, 1, "unique_id", 50ms, [] { return std::string("x"); }),
-                    Contains("unique_id"));
-}
-
-TEST_CASE("nccl: ncclUniqueId exchange through the store without a GPU", "[sdk][nccl]") {
-  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) {
-    // A build without CUDA/NCCL: the backend says so clearly instead.
-    ddp::InProcessStore store;
-    CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store),
-                      Contains("nccl") && Contains("without CUDA and NCCL"));
-    return;
-  }
-  ddp::InProcessStore store;
-  const auto got = exchange(store, 4, ddp::detail::newNcclUniqueId);
-  REQUIRE(got[0].size() == 128);  // NCCL_UNIQUE_ID_BYTES
-  for (const auto& id : got) CHECK(id == got[0]);
-  // A second round (a fresh store scope) gets a fresh id.
-  ddp::InProcessStore nextRound;
-  CHECK(exchange(nextRound, 2, ddp::detail::newNcclUniqueId)[1] != got[0]);
-}
-
-TEST_CASE("nccl: a communicator on the device runs collectives and aborts cleanly", "[sdk][nccl]") {
-  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) return;  // covered by the test above
-  ddp::InProcessStore store;
-  if (ddp::detail::cudaDeviceCount() == 0) {
-    CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store),
-                      Contains("no CUDA device"));
-    WARN("SKIPPED: the NCCL device test needs a GPU; cudaGetDeviceCount reports none");
-    return;
-  }
-  ddp::CommunicatorOptions options;
-  options.timeout = 60s;
-  auto comm = ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store, options);
-  CHECK(comm->backend() == ddp::Backend::kNccl);
-  CHECK(comm->size() == 1);
-  comm->barrier();  // an all-reduce on the device, waited for through its CUDA event
-  ddp::Work w = comm->barrierAsync();
-  w.wait();
-  CHECK(w.isCompleted());
-  comm->abort();
-  CHECK_THROWS_AS(comm->barrier(), ddprun::StateError);
-}
-
-TEST_CASE("nccl: whyBackendUnusable names the missing build or device", "[sdk][nccl]") {
-  CHECK(ddp::whyBackendUnusable(ddp::Backend::kGloo).empty());
-  const std::string why = ddp::whyBackendUnusable(ddp::Backend::kNccl);
-  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) {
-    CHECK_THAT(why, StartsWith("is not available: ") && Contains("without CUDA and NCCL"));
-  } else if (ddp::detail::cudaDeviceCount() == 0) {
-    CHECK_THAT(why, StartsWith("needs a CUDA device: "));  // then CUDA's own message
-  } else {
-    CHECK(why.empty());
-  }
-}
-
-TEST_CASE("nccl: GradientReducer stages host gradients through device memory", "[sdk][nccl][reducer]") {
-  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) return;  // covered by the first nccl test
-  const int devices = ddp::detail::cudaDeviceCount();
-  if (devices == 0) {
-    WARN("SKIPPED: the NCCL staging test needs a GPU: nccl " + ddp::whyBackendUnusable(ddp::Backend::kNccl));
-    return;
-  }
-  const int size = std::min(devices, 2);  // two ranks, one device each, when there are two
+// Runs stagedRank on `size` threads, rank r on device r, and checks that every rank ends with
+// the mean over the ranks of the last step's gradients.
+void checkStagedRanks(int size) {
   ddp::InProcessStore store(ddp::InProcessStoreOptions{60s});
   std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(size));
   std::vector<std::string> errors(static_cast<std::size_t>(size));
@@ -202,4 +131,107 @@ TEST_CASE("nccl: GradientReducer stages host gradients through device memory", "
       }
     }
   }
+}
+
+const char* const kNoNcclBuild = "this libddp was built without CUDA and NCCL";
+
+std::string devicesVisible(int devices) {
+  return std::to_string(devices) + " CUDA device(s) visible (cudaGetDeviceCount)";
+}
+
+}  // namespace
+
+TEST_CASE("unique-id exchange: rank 0 creates, every rank reads the same bytes", "[sdk]") {
+  ddp::InProcessStore store;
+  int created = 0;
+  const auto got = exchange(store, 4, [&] {
+    ++created;  // rank 0 only: no race
+    return std::string("id\0with-nul", 11);
+  });
+  CHECK(created == 1);
+  for (const auto& id : got) CHECK(id == std::string("id\0with-nul", 11));
+
+  ddp::InProcessStore empty;
+  CHECK_THROWS_WITH(ddp::detail::exchangeUniqueId(empty, 1, "unique_id", 50ms, [] { return std::string("x"); }),
+                    Contains("unique_id"));
+}
+
+TEST_CASE("nccl: a real ncclUniqueId from rank 0 reaches every rank through the store, no GPU needed", "[sdk][nccl]") {
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) DDPRUN_SKIP(kNoNcclBuild);
+  ddp::InProcessStore store;
+  const auto got = exchange(store, 4, ddp::detail::newNcclUniqueId);
+  REQUIRE(got[0].size() == 128);  // NCCL_UNIQUE_ID_BYTES
+  for (const auto& id : got) CHECK(id == got[0]);
+  // A second round (a fresh store scope) gets a fresh id.
+  ddp::InProcessStore nextRound;
+  CHECK(exchange(nextRound, 2, ddp::detail::newNcclUniqueId)[1] != got[0]);
+}
+
+TEST_CASE("nccl: a build without CUDA and NCCL refuses the backend, saying so", "[sdk][nccl]") {
+  if (ddp::isBackendAvailable(ddp::Backend::kNccl)) {
+    DDPRUN_SKIP("this libddp has the NCCL backend; the refusal of a build without it happens only there");
+  }
+  ddp::InProcessStore store;
+  CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store),
+                    Contains("nccl") && Contains("without CUDA and NCCL"));
+}
+
+TEST_CASE("nccl: without a CUDA device makeCommunicator refuses, naming the missing device", "[sdk][nccl]") {
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) DDPRUN_SKIP(kNoNcclBuild);
+  const int devices = ddp::detail::cudaDeviceCount();
+  if (devices > 0) DDPRUN_SKIP("needs a machine without a GPU; " + devicesVisible(devices));
+  ddp::InProcessStore store;
+  CHECK_THROWS_AS(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store), ddprun::ConfigError);
+  CHECK_THROWS_WITH(ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store), Contains("no CUDA device"));
+}
+
+TEST_CASE("nccl: a communicator on the device runs collectives and aborts cleanly", "[sdk][nccl]") {
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) DDPRUN_SKIP(kNoNcclBuild);
+  const int devices = ddp::detail::cudaDeviceCount();
+  if (devices == 0) DDPRUN_SKIP("needs a CUDA device; " + devicesVisible(devices));
+  ddp::InProcessStore store;
+  ddp::CommunicatorOptions options;
+  options.timeout = 60s;
+  auto comm = ddp::makeCommunicator(ddp::Backend::kNccl, oneRankEnv(), store, options);
+  CHECK(comm->backend() == ddp::Backend::kNccl);
+  CHECK(comm->size() == 1);
+  comm->barrier();  // an all-reduce on the device, waited for through its CUDA event
+  ddp::Work w = comm->barrierAsync();
+  w.wait();
+  CHECK(w.isCompleted());
+  comm->abort();
+  CHECK_THROWS_AS(comm->barrier(), ddprun::StateError);
+}
+
+TEST_CASE("nccl: whyBackendUnusable names the missing build or device", "[sdk][nccl]") {
+  // Checks whichever of the three cases this machine is: each has its own answer.
+  CHECK(ddp::whyBackendUnusable(ddp::Backend::kGloo).empty());
+  const std::string why = ddp::whyBackendUnusable(ddp::Backend::kNccl);
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) {
+    CHECK_THAT(why, StartsWith("is not available: ") && Contains("without CUDA and NCCL"));
+  } else if (ddp::detail::cudaDeviceCount() == 0) {
+    CHECK_THAT(why, StartsWith("needs a CUDA device: "));  // then CUDA's own message
+  } else {
+    CHECK(why.empty());
+  }
+}
+
+// One rank: what the staging path does to values on a device (copies in and out, the bucket
+// layout, the average over one rank); it cannot show that ranks' gradients are combined.
+TEST_CASE("nccl: one rank on one device: staging copies, allReduceHost and GradientReducer keep the values",
+          "[sdk][nccl][reducer]") {
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) DDPRUN_SKIP(kNoNcclBuild);
+  const int devices = ddp::detail::cudaDeviceCount();
+  if (devices == 0) DDPRUN_SKIP("needs a CUDA device; " + devicesVisible(devices));
+  checkStagedRanks(1);
+}
+
+// Two ranks on two distinct devices (NCCL puts one rank on one device): the reducer must average
+// different gradients, so a reduction that does nothing fails here.
+TEST_CASE("nccl: two ranks on two devices: GradientReducer averages the ranks' gradients through device memory",
+          "[sdk][nccl][reducer]") {
+  if (!ddp::isBackendAvailable(ddp::Backend::kNccl)) DDPRUN_SKIP(kNoNcclBuild);
+  const int devices = ddp::detail::cudaDeviceCount();
+  if (devices < 2) DDPRUN_SKIP("needs two CUDA devices, one per rank; " + devicesVisible(devices));
+  checkStagedRanks(2);
 }
