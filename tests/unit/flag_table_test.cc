@@ -117,7 +117,7 @@ TEST_CASE("flags that are not given keep the table's defaults", "[cli][flag_tabl
   CHECK(t.values.text("signals_to_handle") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
 }
 
-TEST_CASE("--run_id is an alias of --rdzv_id with a variable of its own", "[cli][flag_table]") {
+TEST_CASE("alias: --run_id sets --rdzv_id, with a variable of its own", "[cli][flag_table]") {
   CleanFlagEnv clean;
   TableApp flag;
   flag.parse({"--run-id", "job1", "prog"});

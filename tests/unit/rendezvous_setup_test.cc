@@ -65,7 +65,7 @@ TEST_CASE("one node: --local_addr becomes MASTER_ADDR", "[cli][rendezvous_setup]
   CHECK(cfg.masterAddr == "10.0.0.5");
 }
 
-TEST_CASE("--standalone: one node, a fresh run id, MASTER_ADDR localhost", "[cli][rendezvous_setup]") {
+TEST_CASE("standalone: one node, a fresh run id, MASTER_ADDR localhost", "[cli][rendezvous_setup]") {
   Flags f;
   LaunchConfig cfg = nodes(2, 4);
   cfg.standalone = true;
@@ -165,7 +165,7 @@ TEST_CASE("a run id outside the rendezvous' charset is a configuration error in 
   }
 }
 
-TEST_CASE("--local_addr and --master_addr are hosts: a port or garbage is a configuration error", "[cli][rendezvous_setup]") {
+TEST_CASE("addresses: --local_addr and --master_addr are hosts; a port or garbage is a configuration error", "[cli][rendezvous_setup]") {
   for (const char* bad : {"127.0.0.1:-1", "127.0.0.1:80", "host name", "a..b"}) {
     INFO(bad);
     ddprun::LaunchConfig local;
