@@ -90,6 +90,7 @@ namespace {
 
 // The address as 16 bytes of IPv6, IPv4 mapped into it; nullopt for anything else.
 std::optional<std::array<unsigned char, 16>> ipBytes(const std::string& text) {
+  if (text.find('\0') != std::string::npos) return std::nullopt;  // inet_pton would stop at it
   std::array<unsigned char, 16> out{};
   in_addr v4{};
   if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {

@@ -91,4 +91,5 @@ TEST_CASE("sameAddress: IP addresses of one host in any spelling; host names are
   CHECK(ddprun::sameAddress("::1", "127.0.0.1") == false);
   CHECK_FALSE(ddprun::sameAddress("localhost", "127.0.0.1").has_value());
   CHECK_FALSE(ddprun::sameAddress("", "").has_value());
+  CHECK_FALSE(ddprun::sameAddress(std::string("127.0.0.1\0junk", 14), "127.0.0.1").has_value());
 }
