@@ -12,6 +12,8 @@ bool idChar(unsigned char c) {
 }
 
 bool isAddress(std::string_view host) {
+  // inet_pton reads a C string: a NUL would end the address early and let anything follow it.
+  if (host.find('\0') != std::string_view::npos) return false;
   std::string text(host);
   unsigned char buf[sizeof(in6_addr)];
   return ::inet_pton(AF_INET, text.c_str(), buf) == 1 || ::inet_pton(AF_INET6, text.c_str(), buf) == 1;

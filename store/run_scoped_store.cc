@@ -12,8 +12,9 @@ namespace ddprun {
 
 namespace {
 
+// The key cut and escaped, as every message naming a key: it is the client's bytes.
 std::string describe(const StoreScope& scope, const std::string& key) {
-  return "/run/" + scope.runId + "/round/" + std::to_string(scope.round) + "/" + key;
+  return "/run/" + scope.runId + "/round/" + std::to_string(scope.round) + "/" + printable(key, 64);
 }
 
 void validateScope(const StoreScope& scope) {

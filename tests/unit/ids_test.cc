@@ -35,7 +35,8 @@ TEST_CASE("hosts: hostnames (RFC 1123) and IP addresses", "[ids]") {
   for (std::string bad : {std::string(""), std::string("a b"), std::string("-a"), std::string("a-"),
                           std::string("a..b"), std::string(".a"), std::string("a."), std::string(64, 'a'),
                           std::string(254, 'a'), std::string("1.2.3.4:80"), std::string("[::1]"),
-                          std::string("a_b"), std::string("evil\n.example"), std::string("::g")}) {
+                          std::string("a_b"), std::string("evil\n.example"), std::string("::g"),
+                          std::string("::1\0\x1b[2J", 8), std::string("fe80::fe\0\0\0\0:1", 14)}) {
     INFO(bad);
     CHECK(hostProblem(bad).has_value());
   }

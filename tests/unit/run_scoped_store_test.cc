@@ -87,6 +87,22 @@ TEST_CASE("add keeps a decimal counter and rejects other values", "[store]") {
   store.set(s, "big", std::to_string(INT64_MAX));
   CHECK_THROWS_AS(store.add(s, "big", 1), ddprun::StateError);
   CHECK(store.get(s, "big") == std::to_string(INT64_MAX));  // a failed add changes nothing
+
+  // The messages name the key escaped and cut, never its raw bytes (found by tests/fuzz).
+  const std::string evil = "\x1b]0;owned\x07\n" + std::string(4000, 'k');
+  store.set(s, evil, "not a number");
+  store.set(s, evil + "2", std::to_string(INT64_MAX));
+  for (const auto& [key, delta] : {std::pair{evil, int64_t{1}}, std::pair{evil + "2", int64_t{1}}}) {
+    try {
+      store.add(s, key, delta);
+      FAIL("add did not throw");
+    } catch (const ddprun::StateError& e) {
+      const std::string message = e.what();
+      CHECK(message.find("\\x1b]0;owned\\x07\\x0a") != std::string::npos);
+      CHECK(message.find('\x1b') == std::string::npos);
+      CHECK(message.size() < 400);
+    }
+  }
 }
 
 TEST_CASE("compareSet follows c10d", "[store]") {
