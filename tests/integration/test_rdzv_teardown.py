@@ -27,9 +27,12 @@ class RendezvousTeardownTest(ml.MultiNodeTestCase):
         super().setUp()
         self.assertTrue(os.access(WAITER, os.X_OK), "store_waiter not found at %s (set DDPRUN_TEST_BIN)" % WAITER)
 
-    def job_with_pending_waits(self, port, conf_a=None):
-        jobs = [self.agent(t, self.elastic_args(2, port, nproc=2, conf=c) + [WAITER])
-                for t, c in (("a", conf_a), ("b", None))]
+    def job_with_pending_waits(self, port, conf_a=None, conf_b=None):
+        a = self.agent("a", self.elastic_args(2, port, nproc=2, conf=conf_a) + [WAITER])
+        if conf_a == "is_host=1":
+            # b must not win the race to bind the endpoint: it starts once a hosts it.
+            self.assertTrue(ml.wait_listening(port, proc=a.proc), "agent a did not host\n" + self.describe_all([a]))
+        jobs = [a, self.agent("b", self.elastic_args(2, port, nproc=2, conf=conf_b) + [WAITER])]
         results = self.wait_all(jobs, JOB_END_S)
         for res in results:
             self.assert_exit(res, 3)  # the job's first failure, on every node
@@ -53,7 +56,7 @@ class RendezvousTeardownTest(ml.MultiNodeTestCase):
 
     def test_hosting_agent_exits_after_a_job_ends_with_waits_pending(self):
         # Agent a hosts the rendezvous; both must exit with the worker's status within the bound.
-        self.job_with_pending_waits(ml.free_port(), conf_a="is_host=1")
+        self.job_with_pending_waits(ml.free_port(), conf_a="is_host=1", conf_b="is_host=0")
 
 
 if __name__ == "__main__":
