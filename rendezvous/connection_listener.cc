@@ -52,7 +52,9 @@ std::size_t openFdCount() {
   return n > 0 ? n - 1 : 0;
 }
 
-UniqueFd bindListener(const std::string& host, int port, int* boundPort) {
+// Listens on every address `host` resolves to ("localhost" may be 127.0.0.1 and ::1), as gRPC's
+// own listener did; with port 0 the first socket picks the port and the others take the same.
+std::vector<UniqueFd> bindListeners(const std::string& host, int port, int* boundPort) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -61,26 +63,39 @@ UniqueFd bindListener(const std::string& host, int port, int* boundPort) {
   std::string service = std::to_string(port);
   int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
   if (rc != 0) throw ConnectionError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  std::vector<UniqueFd> socks;
   std::string error = "no address";
+  *boundPort = port;
+  // "::" alone listens dual-stack, as before; only beside an IPv4 address of its own (localhost)
+  // does an IPv6 socket keep to IPv6.
+  bool anyV4 = false;
+  for (addrinfo* ai = results; ai; ai = ai->ai_next) anyV4 = anyV4 || ai->ai_family == AF_INET;
   for (addrinfo* ai = results; ai; ai = ai->ai_next) {
     UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!sock) continue;
     int one = 1;
     ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(sock.get(), 4096) != 0) {
-      error = std::strerror(errno);
-      continue;
-    }
+    if (ai->ai_family == AF_INET6 && anyV4) ::setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
     sockaddr_storage addr{};
+    std::memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    const uint16_t chosen = htons(static_cast<uint16_t>(*boundPort));
+    if (addr.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = chosen;
+    if (addr.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&addr)->sin_port = chosen;
+    if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), ai->ai_addrlen) != 0 || ::listen(sock.get(), 4096) != 0) {
+      error = std::strerror(errno);
+      if (socks.empty()) continue;
+      ::freeaddrinfo(results);
+      throw ConnectionError("cannot listen on " + joinHostPort(host, *boundPort) + ": " + error);
+    }
     socklen_t len = sizeof(addr);
     ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len);
     *boundPort = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                                   : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    ::freeaddrinfo(results);
-    return sock;
+    socks.push_back(std::move(sock));
   }
   ::freeaddrinfo(results);
-  throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
+  if (socks.empty()) throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
+  return socks;
 }
 
 }  // namespace
@@ -88,7 +103,7 @@ UniqueFd bindListener(const std::string& host, int port, int* boundPort) {
 class ConnectionListener::Impl {
  public:
   explicit Impl(ConnectionListenerOptions options) : options_(std::move(options)) {
-    listen_ = bindListener(options_.host, options_.port, &port_);
+    listen_ = bindListeners(options_.host, options_.port, &port_);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw DDPRUN_SYSTEM_ERROR("pipe");
     wakeRead_.reset(fds[0]);
@@ -112,7 +127,7 @@ class ConnectionListener::Impl {
     (void)!::write(wakeWrite_.get(), "x", 1);
     thread_.join();
     pending_.clear();  // closes them
-    listen_.reset();
+    listen_.clear();
   }
 
   ConnectionListenerStats stats() const {
@@ -157,7 +172,7 @@ class ConnectionListener::Impl {
       auto now = Clock::now();
       std::vector<pollfd> polls;
       polls.push_back({wakeRead_.get(), POLLIN, 0});
-      polls.push_back({listen_.get(), backoff.count() > 0 ? short(0) : short(POLLIN), 0});
+      for (const auto& l : listen_) polls.push_back({l.get(), backoff.count() > 0 ? short(0) : short(POLLIN), 0});
       int timeout = backoff.count() > 0 ? static_cast<int>(backoff.count()) : 1000;
       for (auto& p : pending_) {
         auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(p.deadline, p.nextPeek) - now);
@@ -170,14 +185,16 @@ class ConnectionListener::Impl {
       now = Clock::now();
       backoff = std::chrono::milliseconds(0);
       checkPending(polls, now);  // first: the connections accepted below were not polled yet
-      if (polls[1].revents & POLLIN) backoff = acceptAll(now);
+      for (std::size_t i = 0; i < listen_.size(); ++i) {
+        if (polls[1 + i].revents & POLLIN) backoff = std::max(backoff, acceptAll(listen_[i].get(), now));
+      }
     }
   }
 
   // Accepts until the backlog is empty; returns how long to pause accepting (after an error).
-  std::chrono::milliseconds acceptAll(Clock::time_point now) {
+  std::chrono::milliseconds acceptAll(int listenFd, Clock::time_point now) {
     for (int i = 0; i < 256; ++i) {
-      int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return std::chrono::milliseconds(0);
@@ -186,7 +203,7 @@ class ConnectionListener::Impl {
         count(&ConnectionListenerStats::acceptErrors);
         spdlog::warn("rendezvous: accept failed: {}; pausing new connections", std::strerror(errno));
         spare_.reset();
-        UniqueFd dropped(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        UniqueFd dropped(::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC));
         spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
         return std::chrono::milliseconds(50);
       }
@@ -210,13 +227,14 @@ class ConnectionListener::Impl {
   }
 
   // Hands over the connections whose preface is there; closes the silent and the closed ones.
-  // polls[2 + i] is pending_[i]'s.
+  // polls[1 + listeners + i] is pending_[i]'s.
   void checkPending(const std::vector<pollfd>& polls, Clock::time_point now) {
-    DDPRUN_CHECK(polls.size() == pending_.size() + 2, "every pending connection was polled");
+    const std::size_t first = 1 + listen_.size();
+    DDPRUN_CHECK(polls.size() == pending_.size() + first, "every pending connection was polled");
     std::vector<Pending> keep;
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       Pending& p = pending_[i];
-      const short revents = polls[i + 2].revents;
+      const short revents = polls[first + i].revents;
       if (revents & POLLIN) {
         char buf[kPrefaceBytes];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
@@ -267,7 +285,7 @@ class ConnectionListener::Impl {
   }
 
   ConnectionListenerOptions options_;
-  UniqueFd listen_;
+  std::vector<UniqueFd> listen_;
   UniqueFd wakeRead_;
   UniqueFd wakeWrite_;
   UniqueFd spare_;  // closed to accept (and drop) one connection when descriptors run out
