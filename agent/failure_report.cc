@@ -2,23 +2,12 @@
 
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <sstream>
 
-#include "agent/json_value.h"
 #include "common/strings.h"
 
 namespace ddprun {
 namespace {
-
-// A string member as it is, a number as an integer (torchrun writes timestamps either way).
-std::string stringField(const json::Value* object, std::string_view name) {
-  const json::Value* v = object ? object->member(name) : nullptr;
-  if (!v) return {};
-  if (const std::string* s = v->asString()) return *s;
-  if (const double* n = v->asNumber()) return std::to_string(static_cast<long long>(*n));
-  return {};
-}
 
 std::string formatTime(std::chrono::system_clock::time_point t) {
   std::time_t tt = std::chrono::system_clock::to_time_t(t);
@@ -43,34 +32,6 @@ void appendIndented(std::ostringstream& out, const std::string& text) {
 }
 
 }  // namespace
-
-std::optional<ErrorFileContent> readErrorFile(const std::string& path) {
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::string text = buf.str();
-  if (trim(text).empty()) return std::nullopt;
-
-  ErrorFileContent content;
-  auto root = json::parse(text);
-  if (!root || !root->asObject()) {
-    content.message = std::string(trim(text));
-    return content;
-  }
-  const json::Value* message = root->member("message");
-  if (message && message->asObject()) {
-    content.message = stringField(message, "message");
-    const json::Value* extra = message->member("extraInfo");
-    content.traceback = stringField(extra, "py_callstack");
-    content.timestamp = stringField(extra, "timestamp");
-  } else {
-    content.message = stringField(&*root, "message");
-  }
-  if (content.message.empty()) content.message = std::string(trim(text));
-  return content;
-}
 
 std::string signalName(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);

@@ -6,20 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "agent/error_file.h"
 #include "agent/worker_group.h"
 
 namespace ddprun {
-
-struct ErrorFileContent {
-  std::string message;
-  std::string traceback;
-  std::string timestamp;
-};
-
-// Reads torchrun's error file: {"message": {"message": ..., "extraInfo": {"py_callstack": ...,
-// "timestamp": ...}}} or {"message": "..."}. nullopt when absent; a file that is not such JSON is
-// reported as its raw text.
-std::optional<ErrorFileContent> readErrorFile(const std::string& path);
 
 // "SIGKILL" for 9; "signal 99" for unknown numbers.
 std::string signalName(int sig);

@@ -4,74 +4,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "test_util.h"
-
 using ddprun::ErrorFileContent;
 using ddprun::exitStatusOf;
 using ddprun::formatFailureReport;
-using ddprun::readErrorFile;
 using ddprun::signalName;
 using ddprun::WorkerExit;
-using ddprun::test::TempDir;
-using ddprun::test::writeFile;
-
-TEST_CASE("readErrorFile reads torchrun's nested JSON format", "[agent][report]") {
-  TempDir dir;
-  const std::string path = dir.file("error.json");
-  writeFile(path,
-            R"({"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": )"
-            R"("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: boom\n", )"
-            R"("timestamp": "1700000000"}}})");
-  auto content = readErrorFile(path);
-  REQUIRE(content.has_value());
-  CHECK(content->message == "ValueError: boom");
-  CHECK(content->traceback ==
-        "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: boom\n");
-  CHECK(content->timestamp == "1700000000");
-}
-
-TEST_CASE("readErrorFile accepts a numeric timestamp", "[agent][report]") {
-  TempDir dir;
-  const std::string path = dir.file("error.json");
-  writeFile(path, R"({"message": {"message": "RuntimeError: x", "extraInfo": {"timestamp": 1700000001}}})");
-  auto content = readErrorFile(path);
-  REQUIRE(content.has_value());
-  CHECK(content->message == "RuntimeError: x");
-  CHECK(content->timestamp == "1700000001");
-  CHECK(content->traceback.empty());
-}
-
-TEST_CASE("readErrorFile reads a plain message", "[agent][report]") {
-  TempDir dir;
-  const std::string path = dir.file("error.json");
-  writeFile(path, R"({"message": "plain"})");
-  auto content = readErrorFile(path);
-  REQUIRE(content.has_value());
-  CHECK(content->message == "plain");
-  CHECK(content->traceback.empty());
-}
-
-TEST_CASE("readErrorFile returns text that is not such JSON as it is", "[agent][report]") {
-  TempDir dir;
-  const std::string path = dir.file("error.json");
-  writeFile(path, "  worker wrote this, not JSON\n");
-  auto content = readErrorFile(path);
-  REQUIRE(content.has_value());
-  CHECK(content->message == "worker wrote this, not JSON");
-
-  writeFile(path, R"({"other": 1})");
-  content = readErrorFile(path);
-  REQUIRE(content.has_value());
-  CHECK(content->message == R"({"other": 1})");
-}
-
-TEST_CASE("readErrorFile gives nullopt for a missing or empty file", "[agent][report]") {
-  TempDir dir;
-  CHECK_FALSE(readErrorFile(dir.file("missing.json")).has_value());
-  CHECK_FALSE(readErrorFile("").has_value());
-  writeFile(dir.file("empty.json"), " \n");
-  CHECK_FALSE(readErrorFile(dir.file("empty.json")).has_value());
-}
 
 TEST_CASE("signalName names signals the usual way", "[agent][report]") {
   CHECK(signalName(9) == "SIGKILL");
