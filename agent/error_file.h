@@ -1,6 +1,6 @@
 // torchrun's error file (TORCHELASTIC_ERROR_FILE), as a worker's @record decorator writes it:
 // {"message": {"message": ..., "extraInfo": {"py_callstack": ..., "timestamp": ...}}} or
-// {"message": "..."}. Read with Boost.JSON, bounded: the worker may write anything there.
+// {"message": "..."}. Read with Boost.JSON, bounded: the worker may have written anything there.
 #pragma once
 
 #include <cstddef>
@@ -15,15 +15,16 @@ struct ErrorFileContent {
   std::string timestamp;
 };
 
-// Bounds on what is read and shown: an error file is a message and a traceback, never megabytes.
+// Bounds on what is read and shown: an error file holds a message and a traceback, not megabytes.
 inline constexpr std::size_t kMaxErrorFileBytes = 1 << 20;     // read at most this much
+inline constexpr std::size_t kMaxErrorFileDepth = 128;         // JSON nesting
 inline constexpr std::size_t kMaxErrorMessageShown = 4096;     // of the message, in the report
 inline constexpr std::size_t kMaxTracebackShown = 64 * 1024;   // of the traceback
-inline constexpr unsigned kMaxErrorFileDepth = 64;             // JSON nesting
 
-// nullopt when the file is absent, empty, or not a regular file (a FIFO must not block the
-// agent). A file that is not torchrun's JSON (invalid, too deep, too large, another shape) is
-// reported as its raw text. Fields longer than the bounds above are cut, saying by how much.
+// nullopt when the file is absent, empty or not a regular file (a FIFO must not block the agent).
+// A file that is not torchrun's JSON (invalid, truncated, too deep, larger than the bound, another
+// shape) is reported as its raw text. Fields longer than the bounds above are cut, saying by how
+// much; control characters other than newline and tab are shown as \xNN. Never throws.
 std::optional<ErrorFileContent> readErrorFile(const std::string& path);
 
 }  // namespace ddprun

@@ -18,7 +18,8 @@ void setupLogging(const std::string& level) {
   if (parsed == spdlog::level::off && name != "off") {
     throw ConfigError("invalid log level '" + level + "' (use debug, info, warning, error, critical or off)");
   }
-  // _mt: the agent's gRPC threads, the store's timer and the SDK's threads all log.
+  // The locking (_mt) sink: gRPC's threads, the rendezvous daemon's and the agent's log at once, and
+  // the sink's formatter keeps state between lines (tests/unit/logging_test.cc).
   auto logger = std::make_shared<spdlog::logger>("ddprun", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern(kLogPattern);
   logger->set_level(parsed);

@@ -4,15 +4,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "test_util.h"
-
 using ddprun::ErrorFileContent;
 using ddprun::exitStatusOf;
 using ddprun::formatFailureReport;
 using ddprun::signalName;
 using ddprun::WorkerExit;
-using ddprun::test::TempDir;
-using ddprun::test::writeFile;
 
 TEST_CASE("signalName names signals the usual way", "[agent][report]") {
   CHECK(signalName(9) == "SIGKILL");
