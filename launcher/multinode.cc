@@ -46,6 +46,7 @@ MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
   serverOptions.bindAddress = cfg.endpointHost;
   serverOptions.port = cfg.endpointPort;
   serverOptions.token = token;
+  serverOptions.guard = guardFromEnvironment();
   std::unique_ptr<HostedServer> server;
   if (cfg.isHost.value_or(false)) {
     server = std::make_unique<HostedServer>(serverOptions);

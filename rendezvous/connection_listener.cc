@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "common/error.h"
 #include "common/net.h"
 #include "common/unique_fd.h"
+#include "rendezvous/connection_relay.h"
 
 namespace ddprun {
 namespace {
@@ -117,8 +119,19 @@ class ConnectionListener::Impl {
 
   void start(grpc::Server* server) {
     server_ = server;
+    if (options_.relay) {
+      relay_ = std::make_unique<ConnectionRelay>(options_.abuse, [this](const std::string& address, const std::string& why) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.relayCutForAbuse;
+        }
+        penalize(address, "it " + why);
+      });
+    }
     baseline_ = openFdCount();
     estimate_ = baseline_;
+    firstNumber_ = static_cast<int>(std::max<std::size_t>(64, baseline_ + 32));
+    cursor_ = firstNumber_;
     thread_ = std::thread([this] { run(); });
   }
 
@@ -128,6 +141,7 @@ class ConnectionListener::Impl {
     thread_.join();
     pending_.clear();  // closes them
     listen_.clear();
+    relay_.reset();  // closes the relayed connections: gRPC sees them end
   }
 
   ConnectionListenerStats stats() const {
@@ -136,16 +150,57 @@ class ConnectionListener::Impl {
   }
 
   std::string peerAddress(const std::string& grpcPeer) const {
-    if (grpcPeer.rfind("fd:", 0) != 0) return {};
-    int fd = std::atoi(grpcPeer.c_str() + 3);
+    const int fd = fdOfPeer(grpcPeer);
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = peers_.find(fd);
-    return it == peers_.end() ? std::string() : it->second;
+    auto it = handed_.find(fd);
+    return it == handed_.end() ? std::string() : it->second.address;
+  }
+
+  bool admitCall(const std::string& grpcPeer, bool authenticated) {
+    const int fd = fdOfPeer(grpcPeer);
+    const auto now = Clock::now();
+    std::string address, why;
+    uint64_t relayId = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = handed_.find(fd);
+      if (it == handed_.end()) return true;
+      Handed& h = it->second;
+      const bool closedBefore = h.budget.refused();
+      if (h.budget.admit(now, authenticated, options_.abuse)) return true;
+      if (closedBefore) return false;
+      relayId = h.relayId;
+      if (relayId == 0) {
+        // Under the lock that handOver takes: the descriptor cannot have passed to a newer
+        // connection of ours meanwhile, and the inode tells whether it is still this socket (gRPC
+        // closes a connection's descriptor when the connection ends, and the number is reused).
+        struct stat st{};
+        if (::fstat(fd, &st) == 0 && st.st_ino == h.inode) ::shutdown(fd, SHUT_RDWR);
+      }
+      ++stats_.closedForAbuse;
+      address = h.address;
+      why = h.budget.why();
+    }
+    if (relayId != 0) relay_->close(relayId);
+    penalize(address, "it made " + why);
+    return false;
+  }
+
+  // `address` broke the limits: refuse it for a while, and say so.
+  void penalize(const std::string& address, const std::string& why) {
+    std::chrono::milliseconds penalty{0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      penalty = penalties_.offended(address, Clock::now(), options_.abuse);
+    }
+    spdlog::warn("rendezvous: closed a connection from {}: {}; refusing the address for {} ms", address, why,
+                 penalty.count());
   }
 
  private:
   struct Pending {
     UniqueFd fd;
+    std::string address;
     Clock::time_point deadline;
     Clock::time_point nextPeek;  // a partial preface: look again then, not in a busy loop
   };
@@ -208,6 +263,8 @@ class ConnectionListener::Impl {
         return std::chrono::milliseconds(50);
       }
       UniqueFd conn(fd);
+      std::string address = peerOf(conn.get());
+      if (penalized(address, now)) continue;  // closed here, before it costs anything
       if (atCap()) {
         count(&ConnectionListenerStats::refusedAtCap);
         const auto last = lastCapWarning_;
@@ -218,10 +275,10 @@ class ConnectionListener::Impl {
         }
         continue;  // closed here: the client sees the connection end at once
       }
-      ++estimate_;
+      estimate_ += relay_ ? 3 : 1;  // a relayed connection holds the client's socket and a pair
       int one = 1;
       ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      pending_.push_back(Pending{std::move(conn), now + options_.handshakeTimeout, now});
+      pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now});
     }
     return std::chrono::milliseconds(0);
   }
@@ -239,7 +296,7 @@ class ConnectionListener::Impl {
         char buf[kPrefaceBytes];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
         if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
-          handOver(std::move(p.fd));
+          handOver(std::move(p.fd), std::move(p.address), now);
           continue;
         }
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -260,19 +317,65 @@ class ConnectionListener::Impl {
     pending_ = std::move(keep);
   }
 
-  void handOver(UniqueFd fd) {
+  static int fdOfPeer(const std::string& grpcPeer) {
+    if (grpcPeer.rfind("fd:", 0) != 0) return -1;
+    return std::atoi(grpcPeer.c_str() + 3);
+  }
+
+  static std::string peerOf(int fd) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     char host[NI_MAXHOST] = "";
-    if (::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
       ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
     }
     std::string peer = host;
     if (peer.rfind("::ffff:", 0) == 0 && peer.find('.') != std::string::npos) peer = peer.substr(7);  // mapped IPv4
+    return peer;
+  }
+
+  bool penalized(const std::string& address, Clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!penalties_.refused(address, now)) return false;
+    ++stats_.refusedPenalized;
+    return true;
+  }
+
+  // gRPC knows a connection we hand over only as "fd:N". So that N names one connection for as
+  // long as its late calls may still be handled, connections get numbers from a cursor that
+  // goes round the whole descriptor range instead of the lowest free one, which a connection
+  // that just closed would have passed straight to the next.
+  UniqueFd renumbered(UniqueFd fd) {
+    const int limit = static_cast<int>(std::min<std::size_t>(openFileLimit(), 1 << 24));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (cursor_ < firstNumber_ || cursor_ >= limit) cursor_ = firstNumber_;
+      int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, cursor_);
+      if (moved >= 0) {
+        cursor_ = moved + 1;
+        return UniqueFd(moved);
+      }
+      cursor_ = firstNumber_;  // nothing free above the cursor: wrap around once
+    }
+    return fd;
+  }
+
+  void handOver(UniqueFd fd, std::string address, Clock::time_point now) {
+    uint64_t relayId = 0;
+    if (relay_) {
+      auto added = relay_->add(std::move(fd), address);
+      if (!added.grpcSide) {
+        count(&ConnectionListenerStats::acceptErrors);  // no socket pair: descriptors ran out
+        return;
+      }
+      fd = std::move(added.grpcSide);
+      relayId = added.id;
+    }
+    fd = renumbered(std::move(fd));
+    struct stat st{};
+    ::fstat(fd.get(), &st);
     {
-      // A descriptor number is reused only after gRPC closed the connection that had it.
       std::lock_guard<std::mutex> lock(mu_);
-      peers_[fd.get()] = peer;
+      handed_.insert_or_assign(fd.get(), Handed{std::move(address), st.st_ino, CallBudget(now, options_.abuse), relayId});
     }
     // gRPC owns the descriptor from here on and closes it when the connection ends.
     grpc::AddInsecureChannelFromFd(server_, fd.release());
@@ -298,7 +401,19 @@ class ConnectionListener::Impl {
   Clock::time_point lastCapWarning_{};  // accept thread only
   mutable std::mutex mu_;
   ConnectionListenerStats stats_;
-  std::unordered_map<int, std::string> peers_;  // by descriptor: who connected on it
+  // Connections handed to gRPC, by descriptor number: who connected, the socket's inode, and the
+  // call budget. An entry stays after its connection ended until the number is used again.
+  struct Handed {
+    std::string address;
+    ino_t inode = 0;
+    CallBudget budget;
+    uint64_t relayId = 0;  // its id in relay_, 0 when not relayed
+  };
+  std::unordered_map<int, Handed> handed_;
+  AddressPenalties penalties_;
+  std::unique_ptr<ConnectionRelay> relay_;  // set in start() when options_.relay
+  int cursor_ = 0;       // accept thread only: where renumbered() looks for a free number first
+  int firstNumber_ = 0;  // the lowest number handed out: above the descriptors open at start
 };
 
 ConnectionListener::ConnectionListener(ConnectionListenerOptions options)
@@ -309,5 +424,8 @@ void ConnectionListener::start(grpc::Server* server) { impl_->start(server); }
 void ConnectionListener::stop() { impl_->stop(); }
 ConnectionListenerStats ConnectionListener::stats() const { return impl_->stats(); }
 std::string ConnectionListener::peerAddress(const std::string& grpcPeer) const { return impl_->peerAddress(grpcPeer); }
+bool ConnectionListener::admitCall(const std::string& grpcPeer, bool authenticated) {
+  return impl_->admitCall(grpcPeer, authenticated);
+}
 
 }  // namespace ddprun

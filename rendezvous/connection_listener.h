@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/abuse_guard.h"
+
 namespace grpc {
 class Server;
 }
@@ -28,6 +30,12 @@ struct ConnectionListenerOptions {
   std::size_t reserveFds = 128;
   // A connection that has not sent the HTTP/2 preface by then is closed.
   std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  // Calls a connection may start, and how long an address that broke the limits is refused.
+  AbuseLimits abuse;
+  // Relay every connection through a ConnectionRelay, which cuts it as soon as it opens streams
+  // or sends control frames faster than `abuse` allows (connection_relay.h). Costs two more
+  // descriptors per connection and a copy of each byte.
+  bool relay = false;
 };
 
 struct ConnectionListenerStats {
@@ -35,6 +43,9 @@ struct ConnectionListenerStats {
   uint64_t refusedAtCap = 0;    // closed at once: the cap was reached
   uint64_t closedSilent = 0;    // no preface within the handshake deadline, or closed before it
   uint64_t acceptErrors = 0;    // EMFILE, ENFILE, ENOBUFS...: recovered with backoff
+  uint64_t closedForAbuse = 0;  // broke the call limits (AbuseLimits): closed by admitCall
+  uint64_t refusedPenalized = 0;  // closed at once: their address abused the server lately
+  uint64_t relayCutForAbuse = 0;  // relayed connections cut for their frames (streams, control)
 };
 
 class ConnectionListener {
@@ -55,6 +66,12 @@ class ConnectionListener {
   // gRPC's peer string for it ("fd:17"); empty when unknown. gRPC knows such a connection only by
   // its descriptor, so the listener remembers who connected on it.
   std::string peerAddress(const std::string& grpcPeer) const;
+  // Called by the services as a call starts, before anything else is done for it: whether the
+  // call's connection (gRPC's peer string) is within the AbuseLimits. When it is not, the
+  // connection is shut down (gRPC then cancels its calls and frees them), its address is refused
+  // for a while, and false is returned: the caller finishes the call at once. Unknown peers (not
+  // from this listener) are admitted.
+  bool admitCall(const std::string& grpcPeer, bool authenticated);
 
   class Impl;
 

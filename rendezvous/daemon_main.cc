@@ -5,12 +5,12 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
-#include <fstream>
 #include <iostream>
 
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 #include "rendezvous/rendezvous_server.h"
 
 int main(int argc, char** argv) {
@@ -43,6 +43,30 @@ int main(int argc, char** argv) {
   app.add_option("--job_idle_timeout,--job-idle-timeout", jobIdleSeconds,
                  "Seconds after which a job with no agent connected is forgotten (default 120)")
       ->check(CLI::Range(1.0, 86400.0));
+  std::string guard;
+  app.add_option("--connection_guard,--connection-guard", guard,
+                 "auto, on or off: relay connections through a frame counter that cuts floods of streams or control "
+                 "frames (HTTP/2 rapid reset) before gRPC reads them. auto (default, or DDPRUN_RDZV_GUARD): on with a "
+                 "job token or a non-loopback --bind");
+  ddprun::AbuseLimits& abuse = options.abuse;
+  app.add_option("--max_calls_per_second,--max-calls-per-second", abuse.callsPerSecond,
+                 "New calls (streams) one connection may start per second, sustained (default 50)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--max_call_burst,--max-call-burst", abuse.callBurst,
+                 "New calls one connection may start at once (default 200)")
+      ->check(CLI::Range(1.0, 1e7));
+  double maxPenaltySeconds = 60;
+  app.add_option("--max_abuse_penalty,--max-abuse-penalty", maxPenaltySeconds,
+                 "Longest time an address whose connection broke the call limits is refused, in seconds; the first "
+                 "refusal lasts 1 s and each repeat doubles it (default 60)")
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--max_streams_per_connection,--max-streams-per-connection", options.maxStreamsPerConnection,
+                 "Streams open at once on one connection (HTTP/2 MAX_CONCURRENT_STREAMS; default 100)")
+      ->check(CLI::Range(1, 1 << 20));
+  std::size_t memoryQuotaMiB = 1024;
+  app.add_option("--grpc_memory_quota,--grpc-memory-quota", memoryQuotaMiB,
+                 "MiB of memory gRPC may use for connections and calls (grpc::ResourceQuota; default 1024)")
+      ->check(CLI::Range(std::size_t{16}, std::size_t{1} << 20));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -61,14 +85,13 @@ int main(int argc, char** argv) {
     ddprun::raiseOpenFileLimitForServing();  // no children: nothing to give back
     std::string token;
     if (!tokenFile.empty()) {
-      std::ifstream in(tokenFile);
-      if (!in) throw ddprun::ConfigError("cannot read token file " + tokenFile);
-      std::getline(in, token);
-      token = std::string(ddprun::trim(token));
-      if (token.empty()) throw ddprun::ConfigError("token file " + tokenFile + " is empty");
+      token = ddprun::readTokenFile(tokenFile, "--token_file");
     } else if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN")) {
       token = env;
     }
+    options.guard = guard.empty() ? ddprun::guardFromEnvironment() : ddprun::parseGuard(guard, "--connection_guard");
+    abuse.maxPenalty = std::chrono::milliseconds(static_cast<int64_t>(maxPenaltySeconds * 1000));
+    options.memoryQuotaBytes = memoryQuotaMiB << 20;
     options.bindAddress = bind;
     options.port = port;
     options.token = token;

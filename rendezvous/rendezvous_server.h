@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/net.h"  // parseEndpoint, joinHostPort
+#include "rendezvous/abuse_guard.h"  // AbuseLimits
 #include "store/run_scoped_store.h"  // RunScopedStoreOptions
 
 namespace ddprun {
@@ -42,7 +43,31 @@ struct RendezvousServerOptions {
   // Refuse a node whose reported address (--local_addr) is not the one it connected from (else a
   // warning): see RendezvousServiceOptions::requireHostMatch.
   bool requireHostMatch = false;
+  // Calls one connection may start (a budget, and at most one without a valid token), and how
+  // long an address that broke them is refused: against floods of calls such as HTTP/2 rapid
+  // reset, which gRPC 1.51 itself does not stop (abuse_guard.h).
+  AbuseLimits abuse;
+  // Whether connections pass through the frame-counting relay (connection_relay.h), which cuts a
+  // flood of streams or control frames before gRPC reads it. kAuto: where the server is exposed,
+  // i.e. it has a job token or listens on a non-loopback address.
+  enum class Guard { kAuto, kOn, kOff };
+  Guard guard = Guard::kAuto;
+  // Streams open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). An agent
+  // holds one, a store client one. 0: gRPC's default (unlimited).
+  int maxStreamsPerConnection = 100;
+  // Memory gRPC may use for connections and calls (grpc::ResourceQuota): past it, gRPC stops
+  // reading from connections and cancels streams. 0: no quota.
+  std::size_t memoryQuotaBytes = std::size_t{1} << 30;
+  // How often the server hands freed memory back to the system (malloc_trim): after a burst
+  // (a large job, an attack) the heap would otherwise keep its peak size. 0: never.
+  std::chrono::milliseconds trimInterval{std::chrono::seconds(5)};
 };
+
+// "auto", "on" or "off" as a Guard; ConfigError naming `what` otherwise.
+RendezvousServerOptions::Guard parseGuard(const std::string& value, const std::string& what);
+// The guard DDPRUN_RDZV_GUARD asks for (auto when unset), for every server this process hosts:
+// ddprun-rdzv (its --connection_guard's default) and an agent that hosts its job's rendezvous.
+RendezvousServerOptions::Guard guardFromEnvironment();
 
 // Raises this process's soft limit on open files to its hard limit, for a process that hosts a
 // server: each agent and each store client holds a connection, i.e. a descriptor, and the usual

@@ -157,7 +157,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb
   SessionReactor(RendezvousService::Impl* impl, std::string peerAddress)
       : impl_(impl), peerHost_(std::move(peerAddress)) {}
 
-  void begin(std::shared_ptr<SessionReactor> self, bool authorized);
+  void begin(std::shared_ptr<SessionReactor> self, bool authorized, bool admitted);
   // Queues a message (an empty one only closes); no gRPC call, so it may run under the service's
   // lock, which fixes the order of messages to one agent.
   void enqueue(pb::ServerMessage msg, bool finishAfter);
@@ -218,6 +218,9 @@ class RendezvousService::Impl {
   }
 
   bool authorized(const grpc::CallbackServerContext* context) const { return tokenAuthorized(*context, options_.token); }
+  bool admitCall(const std::string& grpcPeer, bool authorized) const {
+    return !options_.admitCall || options_.admitCall(grpcPeer, authorized);
+  }
 
   std::string peerAddress(const std::string& grpcPeer) const {
     std::string address = options_.peerAddress ? options_.peerAddress(grpcPeer) : std::string();
@@ -543,9 +546,14 @@ class RendezvousService::Impl {
   std::thread timer_;
 };
 
-void SessionReactor::begin(std::shared_ptr<SessionReactor> self, bool authorized) {
+void SessionReactor::begin(std::shared_ptr<SessionReactor> self, bool authorized, bool admitted) {
   self_ = std::move(self);
   impl_->added(this);
+  if (!admitted) {
+    std::unique_lock<std::mutex> lock(mu_);
+    finishLocked(lock, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, kConnectionClosedForAbuse));
+    return;
+  }
   if (!authorized) {
     std::unique_lock<std::mutex> lock(mu_);
     finishLocked(lock, grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid job token"));
@@ -628,7 +636,8 @@ grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>* RendezvousService:
     grpc::CallbackServerContext* context) {
   auto reactor = std::make_shared<SessionReactor>(impl_.get(), impl_->peerAddress(context->peer()));
   SessionReactor* raw = reactor.get();
-  raw->begin(std::move(reactor), impl_->authorized(context));
+  const bool authorized = impl_->authorized(context);
+  raw->begin(std::move(reactor), authorized, impl_->admitCall(context->peer(), authorized));
   return raw;
 }
 

@@ -31,6 +31,9 @@ struct RendezvousServiceOptions {
   // The client's IP address for gRPC's peer string of its call; unset, or when it returns "", the
   // address is read from the peer string itself ("ipv4:192.0.2.1:5000").
   std::function<std::string(const std::string& grpcPeer)> peerAddress;
+  // Asked first for every call: may the call's connection go on (ConnectionListener::admitCall)?
+  // When it may not, the call ends at once with RESOURCE_EXHAUSTED. Unset: every call may.
+  std::function<bool(const std::string& grpcPeer, bool authenticated)> admitCall;
 };
 
 class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {

@@ -24,6 +24,10 @@ inline constexpr int kMaxMessageBytes = 80 * 1024 * 1024;
 // longer one would break (the client would see RESOURCE_EXHAUSTED instead of the error).
 inline constexpr std::size_t kMaxErrorMessageBytes = 1024;
 
+// What a call hears when its connection broke the server's call limits and is being closed.
+inline constexpr const char* kConnectionClosedForAbuse =
+    "connection closed: too many calls, or calls without a valid job token";
+
 // `status` with its message cut to kMaxErrorMessageBytes (saying how much was cut). Every status
 // a ddprun service sends goes through it: no error can echo unbounded input.
 grpc::Status bounded(const grpc::Status& status);

@@ -150,7 +150,7 @@ void StoreService::removeSession(StoreSession* session) {
 
 grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* StoreService::Session(
     grpc::CallbackServerContext* context) {
-  grpc::Status status = checkToken(context);
+  grpc::Status status = checkCaller(context);
   auto session = std::make_shared<StoreSession>(*this);
   if (status.ok()) {
     std::lock_guard lock(sessionsMutex_);
@@ -163,7 +163,15 @@ grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* StoreService::Sess
   return StoreSession::start(std::move(session), status);
 }
 
-grpc::Status StoreService::checkToken(grpc::CallbackServerContext* context) const {
+grpc::Status StoreService::checkCaller(grpc::CallbackServerContext* context) const {
+  grpc::Status status = tokenStatus(context);
+  if (options_.admitCall && !options_.admitCall(context->peer(), status.ok())) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, kConnectionClosedForAbuse};
+  }
+  return status;
+}
+
+grpc::Status StoreService::tokenStatus(grpc::CallbackServerContext* context) const {
   if (!options_.token.empty()) {
     const auto& metadata = context->client_metadata();
     auto it = metadata.find(kTokenMetadataKey);
@@ -180,7 +188,7 @@ grpc::Status StoreService::checkToken(grpc::CallbackServerContext* context) cons
 }
 
 grpc::Status StoreService::admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const {
-  grpc::Status status = checkToken(context);
+  grpc::Status status = checkCaller(context);
   return status.ok() ? detail::roundStatus(options_, scope) : status;
 }
 

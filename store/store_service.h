@@ -33,6 +33,9 @@ struct StoreServiceOptions {
   // Get/Wait requests one Session stream may have waiting at once; more are refused with
   // RESOURCE_EXHAUSTED, so that one client cannot grow the server's memory without limit.
   std::size_t maxPendingPerSession = 1024;
+  // Asked first for every call: may the call's connection go on (ConnectionListener::admitCall)?
+  // When it may not, the call ends at once with RESOURCE_EXHAUSTED. Unset: every call may.
+  std::function<bool(const std::string& grpcPeer, bool authenticated)> admitCall;
 };
 
 class StoreSession;
@@ -81,8 +84,10 @@ class StoreService final : public v1::Store::CallbackService {
 
   struct WaitCall;  // one Get or Wait in flight (store_service.cc)
 
-  // The token check every call and stream passes first; OK or the status to finish with.
-  grpc::Status checkToken(grpc::CallbackServerContext* context) const;
+  // The checks every call and stream passes first (the job token, then the connection's call
+  // limits: StoreServiceOptions::admitCall); OK or the status to finish with.
+  grpc::Status checkCaller(grpc::CallbackServerContext* context) const;
+  grpc::Status tokenStatus(grpc::CallbackServerContext* context) const;
   // Token and round checks every unary call passes first.
   grpc::Status admit(grpc::CallbackServerContext* context, const v1::Scope& scope) const;
   // Runs `body` for a call that completes at once and finishes the call with its outcome.

