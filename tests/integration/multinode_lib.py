@@ -182,8 +182,8 @@ class Proc:
 class Daemon(Proc):
     """A ddprun-rdzv daemon on 127.0.0.1:port (waits until it says it listens)."""
 
-    def __init__(self, test, port, token_file=None, bind="127.0.0.1", prefix=(), log_level="info"):
-        argv = list(prefix) + [RDZV, "--port", str(port), "--bind", bind, "--log_level", log_level]
+    def __init__(self, test, port, token_file=None, bind="127.0.0.1", prefix=(), log_level="info", extra=()):
+        argv = list(prefix) + [RDZV, "--port", str(port), "--bind", bind, "--log_level", log_level] + list(extra)
         if token_file:
             argv += ["--token_file", token_file]
         super().__init__(test, argv, env=clean_env(), name="rdzv")

@@ -1,0 +1,174 @@
+// The connection relay with real sockets (socket pairs stand in for the client's TCP connection;
+// no gRPC): bytes pass both ways unchanged and in order, large transfers fill the bounded buffers
+// without loss, half-closes pass through, and a flood of streams cuts the connection.
+#include "rendezvous/connection_relay.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "safety_bound.h"
+
+using ddprun::AbuseLimits;
+using ddprun::ConnectionRelay;
+using ddprun::UniqueFd;
+
+namespace {
+
+struct Pair {
+  UniqueFd test;    // the client's end, driven by the test
+  UniqueFd relay;   // given to the relay as the "client connection"
+};
+
+Pair makePair() {
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// Blocking writes; false when the descriptor broke (checked by the caller: no REQUIRE in threads).
+bool writeAll(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Reads until `want` bytes came or EOF; fails the test after the safety bound.
+std::string readUpTo(int fd, std::size_t want, bool* eof = nullptr) {
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
+  while (out.size() < want) {
+    pollfd p{fd, POLLIN, 0};
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[65536];
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) {
+      if (eof) *eof = true;
+      break;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+std::string frame(unsigned char type, uint32_t stream, std::size_t payload) {
+  std::string f{static_cast<char>(payload >> 16), static_cast<char>(payload >> 8), static_cast<char>(payload),
+                static_cast<char>(type), 0, static_cast<char>(stream >> 24), static_cast<char>(stream >> 16),
+                static_cast<char>(stream >> 8), static_cast<char>(stream)};
+  f.append(payload, 'p');
+  return f;
+}
+
+const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+}  // namespace
+
+TEST_CASE("the relay passes bytes both ways in order, larger than its buffers, and passes half-closes",
+          "[rendezvous][relay]") {
+  ConnectionRelay relay(AbuseLimits{}, nullptr);
+  Pair client = makePair();
+  auto added = relay.add(std::move(client.relay), "192.0.2.9");
+  REQUIRE(added.grpcSide);
+  const int server = added.grpcSide.get();
+  ::fcntl(server, F_SETFL, ::fcntl(server, F_GETFL) & ~O_NONBLOCK);  // gRPC's side is non-blocking
+
+  // 4 MiB of DATA frames each way at once: both directions fill the relay's 256 KiB buffers.
+  std::string up = kPreface + frame(0x1, 1, 20);
+  while (up.size() < (4u << 20)) up += frame(0x0, 1, 16000);
+  std::string down;
+  while (down.size() < (4u << 20)) down += std::to_string(down.size()) + ",";
+  std::atomic<bool> upOk{false}, downOk{false};
+  std::thread writer([&] { upOk = writeAll(client.test.get(), up); });
+  std::thread serverWriter([&] { downOk = writeAll(server, down); });
+  std::string atServer = readUpTo(server, up.size());
+  std::string atClient = readUpTo(client.test.get(), down.size());
+  writer.join();
+  serverWriter.join();
+  CHECK(upOk);
+  CHECK(downOk);
+  CHECK(atServer == up);
+  CHECK(atClient == down);
+
+  // The client ends its writing: the server reads EOF, and can still answer.
+  ::shutdown(client.test.get(), SHUT_WR);
+  bool eof = false;
+  CHECK(readUpTo(server, 1, &eof).empty());
+  CHECK(eof);
+  CHECK(writeAll(server, "last words"));
+  CHECK(readUpTo(client.test.get(), 10) == "last words");
+  ::shutdown(server, SHUT_WR);
+  eof = false;
+  readUpTo(client.test.get(), 1, &eof);
+  CHECK(eof);
+  CHECK(relay.stats().relayed == 1);
+}
+
+TEST_CASE("the relay cuts a connection that opens streams faster than allowed, before passing them on",
+          "[rendezvous][relay]") {
+  AbuseLimits limits;
+  limits.callBurst = 10;
+  limits.callsPerSecond = 1;
+  std::mutex mu;
+  std::string offender, reason;
+  ConnectionRelay relay(limits, [&](const std::string& address, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    offender = address;
+    reason = why;
+  });
+  Pair client = makePair();
+  auto added = relay.add(std::move(client.relay), "192.0.2.66");
+  REQUIRE(added.grpcSide);
+  std::string flood = kPreface;
+  for (uint32_t s = 1; s < 2000; s += 2) flood += frame(0x1, s, 12) + frame(0x3, s, 4);  // rapid reset
+  // One write that fits the socket's buffer; MSG_NOSIGNAL: the relay may cut the connection first.
+  CHECK(::send(client.test.get(), flood.data(), flood.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(flood.size()));
+  bool eof = false;
+  const std::string passed = readUpTo(added.grpcSide.get(), flood.size(), &eof);
+  CHECK(eof);                            // the server side saw the connection end
+  CHECK(passed.size() < flood.size());   // and never got the flood
+  eof = false;
+  readUpTo(client.test.get(), 1, &eof);
+  CHECK(eof);                            // the client's connection is closed
+  // onAbuse runs on the relay's thread just after it closed the connection.
+  const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!offender.empty()) break;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(offender == "192.0.2.66");
+  CHECK(reason == "opened streams faster than allowed");
+  CHECK(relay.stats().closedForAbuse == 1);
+  CHECK(relay.stats().open == 0);
+}
+
+TEST_CASE("close() cuts a relayed connection from another thread", "[rendezvous][relay]") {
+  ConnectionRelay relay(AbuseLimits{}, nullptr);
+  Pair client = makePair();
+  auto added = relay.add(std::move(client.relay), "192.0.2.7");
+  REQUIRE(added.grpcSide);
+  CHECK(writeAll(client.test.get(), kPreface));
+  CHECK(readUpTo(added.grpcSide.get(), kPreface.size()) == kPreface);
+  relay.close(added.id);
+  bool eof = false;
+  readUpTo(client.test.get(), 1, &eof);
+  CHECK(eof);
+  eof = false;
+  readUpTo(added.grpcSide.get(), 1, &eof);
+  CHECK(eof);
+  relay.close(added.id);  // twice, or unknown: ignored
+  relay.close(12345);
+}

@@ -1,0 +1,147 @@
+"""HTTP/2 abuse against ddprun-rdzv: memory stays bounded, jobs keep running, memory comes back.
+
+The attacker (http2_attack.py: raw HTTP/2 frames, no token) connects from 127.0.0.2, another
+loopback address, so that the daemon's penalty for its address does not touch the agents on
+127.0.0.1. Before the fix, 4 seconds of rapid reset (HEADERS then RST_STREAM in a loop) grew the
+daemon past 5 GB, kept it busy for tens of seconds after the attack and never gave the memory
+back. The daemon runs here under an address-space limit (MEMORY_CAP), so that a regression fails
+the test (the daemon dies, or its RSS passes the bound) instead of exhausting the machine.
+
+Each case: daemon with a job token (the connection guard is on by default then), an attack of
+ATTACK_S seconds while a 2-node job with the right token rendezvouses and runs, checks on the RSS
+peak during the attack, the job's exit, a job after the attack, RSS back near its start once the
+daemon trims (every 5 s), and a clean SIGTERM. A case without a token runs with
+--connection_guard=on. Bounds are memory bounds and safety timeouts, not speed claims.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import multinode_lib as ml
+from ddprun_testlib import main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ATTACK = os.path.join(HERE, "http2_attack.py")
+ATTACK_S = 4
+MEMORY_CAP = 3 << 30          # the daemon's address-space limit: the machine is never at risk
+PEAK_BOUND_KB = 400 * 1024    # RSS the daemon may reach during an attack (it stayed under 40 MB)
+SETTLED_BOUND_KB = 64 * 1024  # RSS above the start it may keep once the attack is over
+JOB_S = 60                    # safety bound for a 2-node job
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class RssSampler:
+    """Samples a process's RSS every 50 ms in a thread; keeps the peak."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.peak = 0
+        self.running = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while self.running:
+            self.peak = max(self.peak, rss_kb(self.pid))
+            time.sleep(0.05)
+
+    def stop(self):
+        self.running = False
+        self.thread.join(5)
+        return self.peak
+
+
+class Http2AbuseTest(ml.MultiNodeTestCase):
+
+    def start_daemon(self, extra=(), token=True):
+        self.token_path = None
+        if token:
+            self.token_path = self.write_file("token", "tok-%s\n" % uuid.uuid4().hex)
+            os.chmod(self.token_path, 0o600)
+        port = ml.free_port()
+        return ml.Daemon(self, port, token_file=self.token_path, log_level="warning", extra=extra,
+                         prefix=["prlimit", "--as=%d" % MEMORY_CAP, "--"])
+
+    def attack(self, port, kind, seconds=ATTACK_S, connections=4):
+        return subprocess.Popen([sys.executable, ATTACK, "--port", str(port), "--attack", kind, "--seconds",
+                                 str(seconds), "--connections", str(connections), "--source", "127.0.0.2"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def job(self, port, tag):
+        conf = "is_host=0"
+        if self.token_path:
+            conf += ",token_file=" + self.token_path
+        self.run_id = "abuse-%s-%s" % (tag, uuid.uuid4().hex[:8])
+        return [self.agent(t, self.elastic_args(2, port, conf=conf) + ["--no_python", "/bin/sleep", "1"])
+                for t in "ab"]
+
+    def assert_alive(self, daemon, when):
+        self.assertIsNone(daemon.poll(), "the daemon died %s (memory cap %d MiB)\n%s" % (
+            when, MEMORY_CAP >> 20, daemon.result(daemon.poll()).describe()))
+
+    def run_attack_case(self, kind, extra=(), token=True):
+        daemon = self.start_daemon(extra, token)
+        start_kb = rss_kb(daemon.pid)
+        sampler = RssSampler(daemon.pid)
+        attacker = self.attack(daemon.port, kind)
+        time.sleep(0.5)  # the attack is under way when the job starts
+        jobs = self.job(daemon.port, "during")
+        try:
+            out, err = attacker.communicate(timeout=ATTACK_S + 30)
+        except subprocess.TimeoutExpired:
+            attacker.kill()
+            out, err = attacker.communicate()
+            self.fail("the attacker did not end\n" + err)
+        self.assertIn('"frames"', out, "the attacker failed\n" + err)
+        results = self.wait_all(jobs, JOB_S)
+        peak = sampler.stop()
+        self.assert_alive(daemon, "during the attack")
+        for res in results:
+            self.assert_exit(res, 0)
+        self.assertLess(peak, PEAK_BOUND_KB, "daemon RSS peaked at %d MiB during a %s attack (%s)" % (
+            peak >> 10, kind, out.strip()))
+        # After the attack: a new job, and the memory handed back.
+        for res in self.wait_all(self.job(daemon.port, "after"), JOB_S):
+            self.assert_exit(res, 0)
+        deadline = time.monotonic() + 20
+        while rss_kb(daemon.pid) > start_kb + SETTLED_BOUND_KB and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertLessEqual(rss_kb(daemon.pid), start_kb + SETTLED_BOUND_KB,
+                             "daemon RSS stayed at %d MiB after the attack (started at %d MiB)" % (
+                                 rss_kb(daemon.pid) >> 10, start_kb >> 10))
+        daemon.proc.send_signal(signal.SIGTERM)
+        self.assert_exit(daemon.wait(15), 0)
+        return out, daemon
+
+    def test_rapid_reset_without_the_token(self):
+        out, daemon = self.run_attack_case("rapid_reset")
+        self.assertIn("closed a connection from 127.0.0.2", daemon.stderr(), "the attacker was never cut off")
+
+    def test_open_streams_without_the_token(self):
+        self.run_attack_case("open_streams")
+
+    def test_ping_flood_without_the_token(self):
+        self.run_attack_case("ping_flood")
+
+    def test_rapid_reset_with_the_guard_and_no_token(self):
+        out, daemon = self.run_attack_case("rapid_reset", extra=["--connection_guard", "on"], token=False)
+        self.assertIn("opened streams faster than allowed", daemon.stderr())
+
+
+if __name__ == "__main__":
+    main()
