@@ -47,7 +47,9 @@
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
+#include "common/token_file.h"
 #include "rendezvous/grpc_runtime.h"
+#include "store/grpc_util.h"
 
 namespace {
 
@@ -72,6 +74,7 @@ struct Options {
   std::string tag = "cap";
   uint32_t seed = 1;
   int pauseBeforeJoinMs = 0;  // a profiling aid: time to attach `perf record -p` to the daemon
+  std::string token;          // the job token, from --token_file
 };
 
 // ---- /proc figures ----
@@ -118,6 +121,7 @@ ProcSample sampleProc(pid_t pid) {
 
 struct Shared {
   int agents = 0;
+  std::string token;  // sent with every call when not empty
   std::atomic<int> assigned{0};
   std::atomic<int> interrupted{0};  // RoundInterrupted, a second RoundAssigned: the round was disturbed
   std::atomic<int> closedOrRejected{0};
@@ -207,6 +211,7 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
 
   void start() {
     stub_ = pb::Rendezvous::NewStub(channel);
+    if (!shared_->token.empty()) context_.AddMetadata(ddprun::kTokenMetadataKey, shared_->token);
     stub_->async()->Session(&context_, this);
     StartRead(&in_);
     AddHold();  // never removed: the process exits with its streams open
@@ -278,6 +283,7 @@ class StoreWorker final : public QueuedStream<pb::StoreRequest, pb::StoreRespons
 
   void start() {
     stub_ = pb::Store::NewStub(channel);
+    if (!shared_->token.empty()) context_.AddMetadata(ddprun::kTokenMetadataKey, shared_->token);
     stub_->async()->Session(&context_, this);
     StartRead(&in_);
     AddHold();
@@ -582,7 +588,7 @@ void quiesce(const Options& o, std::chrono::milliseconds limit) {
   std::cerr << "usage: " << argv0
             << " --address HOST:PORT [--daemon_pid PID] [--jobs J] [--nodes N] [--heartbeat_timeout_ms MS]\n"
                "       [--steady_seconds S] [--store] [--connect_window W] [--timeout_s S] [--no_keepalive] [--tag T] [--seed N]\n"
-               "       [--pause_before_join_ms MS]\n";
+               "       [--pause_before_join_ms MS] [--token_file PATH]\n";
   std::exit(2);
 }
 
@@ -607,6 +613,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--tag") o.tag = next();
     else if (a == "--seed") o.seed = static_cast<uint32_t>(std::atol(next().c_str()));
     else if (a == "--pause_before_join_ms") o.pauseBeforeJoinMs = std::atoi(next().c_str());
+    else if (a == "--token_file") o.token = ddprun::readTokenFile(next(), "--token_file");
     else usage(argv[0]);
   }
   const long total = static_cast<long>(o.jobs) * o.nodes;
@@ -672,6 +679,7 @@ int main(int argc, char** argv) {
   }).detach();
 
   Shared shared;
+  shared.token = o.token;
   shared.agents = total;
   // ---- connect ----
   setPhase("connect");

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""A job's rendezvous round while ddprun-rdzv is under HTTP/2 abuse, side by side with the quiet figure.
+
+For each repetition: a fresh ddprun-rdzv with a job token; ddprun-rdzv-capacity (bench/rdzv_capacity.cc)
+runs one job of --nodes simulated agents (each its own connection and Session stream, with the token)
+and reports the time from its first Join to every node assigned to the round ("round time"). First
+quiet, then while tests/integration/http2_attack.py attacks from 127.0.0.2 (no token; rapid reset:
+HEADERS + RST_STREAM in a loop, --connections connections). The daemon's RSS is sampled every 50 ms;
+"after" is its RSS 10 s after the attack ended (the daemon trims its heap every 5 s).
+
+Then the peer: the same daemon with --connection_guard=off, i.e. gRPC 1.51 on its own, under the same
+attack; it runs under an address-space cap (--unguarded_cap_mib) so that it cannot take the machine
+down, and the report says whether it survived.
+
+Build first (bench targets need -DDDPRUN_BUILD_BENCH=ON):
+  cmake --build build-bench -- ddprun-rdzv ddprun-rdzv-capacity
+  bench/rdzv_abuse.py --build build-bench --report bench/RESULTS_ABUSE.md
+
+Stdlib only. Every child is bounded in time.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATTACK = os.path.join(ROOT, "tests", "integration", "http2_attack.py")
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_s(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+class Sampler:
+    def __init__(self, pid):
+        self.pid, self.peak, self.running = pid, 0, True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while self.running:
+            self.peak = max(self.peak, rss_kb(self.pid))
+            time.sleep(0.05)
+
+    def stop(self):
+        self.running = False
+        self.thread.join(5)
+        return self.peak
+
+
+def start_daemon(rdzv, token, guard, cap_mib, log_path):
+    argv = [rdzv, "--port", "0", "--token_file", token, "--log_level", "warning", "--connection_guard", guard]
+    if cap_mib:
+        argv = ["prlimit", "--as=%d" % (cap_mib << 20), "--"] + argv
+    log = open(log_path, "w")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    log.close()
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (\S+):(\d+)", line)
+    if not m:
+        stop(proc)
+        raise RuntimeError("ddprun-rdzv did not start: %r" % line)
+    return proc, int(m.group(2))
+
+
+def stop(proc):
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(timeout=10)
+
+
+def round_time(gen, port, pid, token, nodes, tag, timeout_s):
+    """Seconds from the job's first Join to all nodes assigned, or None when the round failed."""
+    try:
+        out = subprocess.run([gen, "--address", "127.0.0.1:%d" % port, "--daemon_pid", str(pid), "--jobs", "1",
+                              "--nodes", str(nodes), "--token_file", token, "--tag", tag, "--timeout_s",
+                              str(timeout_s)], capture_output=True, text=True, timeout=timeout_s + 10)
+    except subprocess.TimeoutExpired:
+        return None
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])["first_join_to_all_assigned_s"]
+    except (IndexError, KeyError, ValueError):
+        return None
+
+
+def attack(port, seconds, connections):
+    return subprocess.Popen([sys.executable, ATTACK, "--port", str(port), "--attack", "rapid_reset", "--seconds",
+                             str(seconds), "--connections", str(connections), "--source", "127.0.0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def one_rep(args, guard, cap_mib, rep, workdir):
+    rdzv = os.path.join(args.build, "bin", "ddprun-rdzv")
+    gen = os.path.join(args.build, "bench", "ddprun-rdzv-capacity")
+    if not os.path.exists(gen):
+        gen = os.path.join(args.build, "bin", "ddprun-rdzv-capacity")
+    log = os.path.join(workdir, "rdzv-%s-%d.log" % (guard, rep))
+    daemon, port = start_daemon(rdzv, args.token, guard, cap_mib, log)
+    r = {"guard": guard, "rep": rep}
+    try:
+        r["rss_start_kb"] = rss_kb(daemon.pid)
+        r["quiet_s"] = round_time(gen, port, daemon.pid, args.token, args.nodes, "q%d%s" % (rep, guard), 30)
+        sampler = Sampler(daemon.pid)
+        cpu0 = cpu_s(daemon.pid)
+        attacker = attack(port, args.attack_s, args.connections)
+        time.sleep(1.0)  # the attack is under way
+        r["attack_s"] = round_time(gen, port, daemon.pid, args.token, args.nodes, "a%d%s" % (rep, guard),
+                                   args.attack_s + 60)
+        try:
+            out, _ = attacker.communicate(timeout=args.attack_s + 30)
+            r["attacker"] = json.loads(out.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, IndexError, ValueError):
+            attacker.kill()
+            attacker.communicate()
+        r["rss_peak_kb"] = sampler.stop()
+        r["daemon_cpu_during_s"] = round(cpu_s(daemon.pid) - cpu0, 2)
+        r["survived"] = daemon.poll() is None
+        time.sleep(10)
+        r["rss_after_kb"] = rss_kb(daemon.pid) if daemon.poll() is None else None
+        r["survived"] = daemon.poll() is None
+    finally:
+        r["exit"] = stop(daemon)
+    return r
+
+
+def fmt_s(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "failed"
+    return "%.3f (%.3f-%.3f)" % (statistics.median(values), min(values), max(values))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(ROOT, "build-bench"))
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--attack_s", type=float, default=8)
+    p.add_argument("--connections", type=int, default=8)
+    p.add_argument("--unguarded_cap_mib", type=int, default=3072)
+    p.add_argument("--report", default=None)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ddprun_abuse_") as workdir:
+        args.token = os.path.join(workdir, "token")
+        with open(args.token, "w") as f:
+            f.write("bench-token-%d\n" % os.getpid())
+        os.chmod(args.token, 0o600)
+        guarded = [one_rep(args, "auto", 0, i, workdir) for i in range(args.reps)]
+        unguarded = [one_rep(args, "off", args.unguarded_cap_mib, 0, workdir)]
+    for r in guarded + unguarded:
+        print(json.dumps(r), flush=True)
+    quiet = [r["quiet_s"] for r in guarded]
+    under = [r["attack_s"] for r in guarded]
+    ratio = [a / q for a, q in zip(under, quiet) if a is not None and q]
+    u = unguarded[0]
+    lines = [
+        "# ddprun-rdzv under HTTP/2 abuse",
+        "",
+        "Measured %s on %s (%d cores), `bench/rdzv_abuse.py --reps %d --nodes %d --attack_s %g --connections %d`."
+        % (datetime.date.today(), platform.node(), os.cpu_count(), args.reps, args.nodes, args.attack_s,
+           args.connections),
+        "Attack: rapid reset (HEADERS + RST_STREAM in a loop, no token) from 127.0.0.2 over %d connections for"
+        " %g s; the job: %d simulated agents with the token (bench/rdzv_capacity.cc), round time = first Join"
+        " to every node assigned. Median (min-max) of %d fresh daemons." % (args.connections, args.attack_s,
+                                                                          args.nodes, args.reps),
+        "",
+        "| daemon | round quiet (s) | round under attack (s) | attack / quiet | RSS start | RSS peak | RSS 10 s after | daemon CPU during (s) |",
+        "|---|---|---|---|---|---|---|---|",
+        "| ddprun-rdzv (guard auto: on with a token) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
+            fmt_s(quiet), fmt_s(under), ("%.2fx" % statistics.median(ratio)) if ratio else "n/a",
+            statistics.median(r["rss_start_kb"] for r in guarded) >> 10,
+            max(r["rss_peak_kb"] for r in guarded) >> 10,
+            "%d MiB" % (max((r["rss_after_kb"] or 0) for r in guarded) >> 10),
+            statistics.median(r["daemon_cpu_during_s"] for r in guarded)),
+        "| peer: gRPC 1.51 alone (`--connection_guard=off`, address space capped at %d MiB) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
+            args.unguarded_cap_mib, fmt_s([u["quiet_s"]]), fmt_s([u["attack_s"]]),
+            ("%.2fx" % (u["attack_s"] / u["quiet_s"])) if u["attack_s"] and u["quiet_s"] else "n/a",
+            u["rss_start_kb"] >> 10, u["rss_peak_kb"] >> 10,
+            ("%d MiB" % (u["rss_after_kb"] >> 10)) if u["rss_after_kb"] is not None else "died (exit %s)" % u["exit"],
+            u["daemon_cpu_during_s"]),
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
