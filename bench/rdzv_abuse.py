@@ -8,8 +8,8 @@ quiet, then while tests/integration/http2_attack.py attacks from 127.0.0.2 (no t
 HEADERS + RST_STREAM in a loop, --connections connections). The daemon's RSS is sampled every 50 ms;
 "after" is its RSS 10 s after the attack ended (the daemon trims its heap every 5 s).
 
-Then the peer: the same daemon with --connection_guard=off, i.e. gRPC 1.51 on its own, under the same
-attack; it runs under an address-space cap (--unguarded_cap_mib) so that it cannot take the machine
+Then the peer: the same daemon with no token, --connection_guard=off and its call limits lifted,
+i.e. gRPC 1.51 on its own, under the same attack; it runs under an address-space cap (--unguarded_cap_mib) so that it cannot take the machine
 down, and the report says whether it survived.
 
 Build first (bench targets need -DDDPRUN_BUILD_BENCH=ON):
@@ -74,7 +74,11 @@ class Sampler:
 
 
 def start_daemon(rdzv, token, guard, cap_mib, log_path):
-    argv = [rdzv, "--port", "0", "--token_file", token, "--log_level", "warning", "--connection_guard", guard]
+    argv = [rdzv, "--port", "0", "--log_level", "warning", "--connection_guard", guard]
+    if token:
+        argv += ["--token_file", token]
+    else:  # the peer: no token, no guard, no call limits: gRPC 1.51 on its own
+        argv += ["--max_call_burst", "10000000", "--max_calls_per_second", "1000000"]
     if cap_mib:
         argv = ["prlimit", "--as=%d" % (cap_mib << 20), "--"] + argv
     log = open(log_path, "w")
@@ -103,8 +107,9 @@ def round_time(gen, port, pid, token, nodes, tag, timeout_s):
     """Seconds from the job's first Join to all nodes assigned, or None when the round failed."""
     try:
         out = subprocess.run([gen, "--address", "127.0.0.1:%d" % port, "--daemon_pid", str(pid), "--jobs", "1",
-                              "--nodes", str(nodes), "--token_file", token, "--tag", tag, "--timeout_s",
-                              str(timeout_s)], capture_output=True, text=True, timeout=timeout_s + 10)
+                              "--nodes", str(nodes), "--tag", tag, "--timeout_s", str(timeout_s)] +
+                             (["--token_file", token] if token else []),
+                             capture_output=True, text=True, timeout=timeout_s + 10)
     except subprocess.TimeoutExpired:
         return None
     try:
@@ -113,28 +118,32 @@ def round_time(gen, port, pid, token, nodes, tag, timeout_s):
         return None
 
 
-def attack(port, seconds, connections):
+def attack(port, seconds, connections, spread):
+    # The spreading attacker is a smart one: it opens as many streams per connection as the guard
+    # lets an unauthenticated connection open, then moves to a new address.
+    where = ["--spread", "--per_connection", "16"] if spread else ["--source", "127.0.0.2"]
     return subprocess.Popen([sys.executable, ATTACK, "--port", str(port), "--attack", "rapid_reset", "--seconds",
-                             str(seconds), "--connections", str(connections), "--source", "127.0.0.2"],
+                             str(seconds), "--connections", str(connections)] + where,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def one_rep(args, guard, cap_mib, rep, workdir):
+def one_rep(args, guard, cap_mib, rep, workdir, spread=False, token=True):
     rdzv = os.path.join(args.build, "bin", "ddprun-rdzv")
     gen = os.path.join(args.build, "bench", "ddprun-rdzv-capacity")
     if not os.path.exists(gen):
         gen = os.path.join(args.build, "bin", "ddprun-rdzv-capacity")
     log = os.path.join(workdir, "rdzv-%s-%d.log" % (guard, rep))
-    daemon, port = start_daemon(rdzv, args.token, guard, cap_mib, log)
+    token = args.token if token else None
+    daemon, port = start_daemon(rdzv, token, guard, cap_mib, log)
     r = {"guard": guard, "rep": rep}
     try:
         r["rss_start_kb"] = rss_kb(daemon.pid)
-        r["quiet_s"] = round_time(gen, port, daemon.pid, args.token, args.nodes, "q%d%s" % (rep, guard), 30)
+        r["quiet_s"] = round_time(gen, port, daemon.pid, token, args.nodes, "q%d%s" % (rep, guard), 30)
         sampler = Sampler(daemon.pid)
         cpu0 = cpu_s(daemon.pid)
-        attacker = attack(port, args.attack_s, args.connections)
+        attacker = attack(port, args.attack_s, args.connections, spread)
         time.sleep(1.0)  # the attack is under way
-        r["attack_s"] = round_time(gen, port, daemon.pid, args.token, args.nodes, "a%d%s" % (rep, guard),
+        r["attack_s"] = round_time(gen, port, daemon.pid, token, args.nodes, "a%d%s" % (rep, guard),
                                    args.attack_s + 60)
         try:
             out, _ = attacker.communicate(timeout=args.attack_s + 30)
@@ -176,33 +185,39 @@ def main():
             f.write("bench-token-%d\n" % os.getpid())
         os.chmod(args.token, 0o600)
         guarded = [one_rep(args, "auto", 0, i, workdir) for i in range(args.reps)]
-        unguarded = [one_rep(args, "off", args.unguarded_cap_mib, 0, workdir)]
-    for r in guarded + unguarded:
+        spread = [one_rep(args, "auto", 0, i, workdir, spread=True) for i in range(args.reps)]
+        unguarded = [one_rep(args, "off", args.unguarded_cap_mib, 0, workdir, token=False)]
+    for r in guarded + spread + unguarded:
         print(json.dumps(r), flush=True)
-    quiet = [r["quiet_s"] for r in guarded]
-    under = [r["attack_s"] for r in guarded]
-    ratio = [a / q for a, q in zip(under, quiet) if a is not None and q]
     u = unguarded[0]
+
+    def row(name, reps):
+        quiet = [r["quiet_s"] for r in reps]
+        under = [r["attack_s"] for r in reps]
+        ratio = [a / q for a, q in zip(under, quiet) if a is not None and q]
+        return "| %s | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
+            name, fmt_s(quiet), fmt_s(under), ("%.2fx" % statistics.median(ratio)) if ratio else "n/a",
+            statistics.median(r["rss_start_kb"] for r in reps) >> 10, max(r["rss_peak_kb"] for r in reps) >> 10,
+            "%d MiB" % (max((r["rss_after_kb"] or 0) for r in reps) >> 10),
+            statistics.median(r["daemon_cpu_during_s"] for r in reps))
+
     lines = [
         "# ddprun-rdzv under HTTP/2 abuse",
         "",
         "Measured %s on %s (%d cores), `bench/rdzv_abuse.py --reps %d --nodes %d --attack_s %g --connections %d`."
         % (datetime.date.today(), platform.node(), os.cpu_count(), args.reps, args.nodes, args.attack_s,
            args.connections),
-        "Attack: rapid reset (HEADERS + RST_STREAM in a loop, no token) from 127.0.0.2 over %d connections for"
+        "Attack: rapid reset (HEADERS + RST_STREAM in a loop, no token) from 127.0.0.2 (or, second row, from a new"
+        " loopback address for every connection) over %d connections at a time for"
         " %g s; the job: %d simulated agents with the token (bench/rdzv_capacity.cc), round time = first Join"
         " to every node assigned. Median (min-max) of %d fresh daemons." % (args.connections, args.attack_s,
                                                                           args.nodes, args.reps),
         "",
         "| daemon | round quiet (s) | round under attack (s) | attack / quiet | RSS start | RSS peak | RSS 10 s after | daemon CPU during (s) |",
         "|---|---|---|---|---|---|---|---|",
-        "| ddprun-rdzv (guard auto: on with a token) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
-            fmt_s(quiet), fmt_s(under), ("%.2fx" % statistics.median(ratio)) if ratio else "n/a",
-            statistics.median(r["rss_start_kb"] for r in guarded) >> 10,
-            max(r["rss_peak_kb"] for r in guarded) >> 10,
-            "%d MiB" % (max((r["rss_after_kb"] or 0) for r in guarded) >> 10),
-            statistics.median(r["daemon_cpu_during_s"] for r in guarded)),
-        "| peer: gRPC 1.51 alone (`--connection_guard=off`, address space capped at %d MiB) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
+        row("ddprun-rdzv (guard auto: on with a token); attacker at one address", guarded),
+        row("ddprun-rdzv, the attacker at a new address for every connection, 16 streams each (no penalty applies)", spread),
+        "| peer: gRPC 1.51 alone (no token, `--connection_guard=off`, call limits lifted; address space capped at %d MiB) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
             args.unguarded_cap_mib, fmt_s([u["quiet_s"]]), fmt_s([u["attack_s"]]),
             ("%.2fx" % (u["attack_s"] / u["quiet_s"])) if u["attack_s"] and u["quiet_s"] else "n/a",
             u["rss_start_kb"] >> 10, u["rss_peak_kb"] >> 10,

@@ -22,6 +22,15 @@ struct AbuseLimits {
   // (and a new one after a reconnect), far below this. 0 disables the budget.
   double callsPerSecond = 50;
   double callBurst = 200;
+  // Where connections are relayed: the streams a connection may open before its first call with a
+  // valid job token (a server with a token only; then it gets callBurst). An attacker with many
+  // addresses, whom no per-address penalty stops, gets this many calls into gRPC per connection.
+  double untrustedCallBurst = 16;
+  // New streams of all connections not trusted yet, together, per second (and at once): beyond
+  // it their reading pauses until the budget refills, so that no number of addresses can push
+  // calls into gRPC faster than it frees them. Connections trusted (or a server without a token)
+  // never wait for it. 0: no such budget.
+  double untrustedStreamsPerSecond = 1000;
   // Frames that carry nothing for a call (PING, SETTINGS, RST_STREAM, PRIORITY, CONTINUATION):
   // checked where connections are relayed (connection_relay.h). gRPC clients send a few per
   // second, and bursts of pings while they receive a large value. 0 disables it.

@@ -159,31 +159,43 @@ class ConnectionListener::Impl {
   bool admitCall(const std::string& grpcPeer, bool authenticated) {
     const int fd = fdOfPeer(grpcPeer);
     const auto now = Clock::now();
-    std::string address, why;
+    enum class Then { kNothing, kTrust, kCut } then = Then::kNothing;
+    bool admitted = true;
     uint64_t relayId = 0;
+    std::string address, why;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = handed_.find(fd);
       if (it == handed_.end()) return true;
       Handed& h = it->second;
       const bool closedBefore = h.budget.refused();
-      if (h.budget.admit(now, authenticated, options_.abuse)) return true;
-      if (closedBefore) return false;
+      admitted = h.budget.admit(now, authenticated, options_.abuse);
       relayId = h.relayId;
-      if (relayId == 0) {
-        // Under the lock that handOver takes: the descriptor cannot have passed to a newer
-        // connection of ours meanwhile, and the inode tells whether it is still this socket (gRPC
-        // closes a connection's descriptor when the connection ends, and the number is reused).
-        struct stat st{};
-        if (::fstat(fd, &st) == 0 && st.st_ino == h.inode) ::shutdown(fd, SHUT_RDWR);
+      if (admitted) {
+        if (authenticated && !h.trusted && relayId != 0) {
+          h.trusted = true;  // its first call with the token: the relay lets it open more streams
+          then = Then::kTrust;
+        }
+      } else if (!closedBefore) {
+        if (relayId == 0) {
+          // Under the lock that handOver takes: the descriptor cannot have passed to a newer
+          // connection of ours meanwhile, and the inode tells whether it is still this socket
+          // (gRPC closes a connection's descriptor when the connection ends; the number is reused).
+          struct stat st{};
+          if (::fstat(fd, &st) == 0 && st.st_ino == h.inode) ::shutdown(fd, SHUT_RDWR);
+        }
+        ++stats_.closedForAbuse;
+        address = h.address;
+        why = h.budget.why();
+        then = Then::kCut;
       }
-      ++stats_.closedForAbuse;
-      address = h.address;
-      why = h.budget.why();
     }
-    if (relayId != 0) relay_->close(relayId);
-    penalize(address, "it made " + why);
-    return false;
+    if (then == Then::kTrust) relay_->trust(relayId);
+    if (then == Then::kCut) {
+      if (relayId != 0) relay_->close(relayId);
+      penalize(address, "it made " + why);
+    }
+    return admitted;
   }
 
   // `address` broke the limits: refuse it for a while, and say so.
@@ -362,7 +374,7 @@ class ConnectionListener::Impl {
   void handOver(UniqueFd fd, std::string address, Clock::time_point now) {
     uint64_t relayId = 0;
     if (relay_) {
-      auto added = relay_->add(std::move(fd), address);
+      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired);
       if (!added.grpcSide) {
         count(&ConnectionListenerStats::acceptErrors);  // no socket pair: descriptors ran out
         return;
@@ -408,6 +420,7 @@ class ConnectionListener::Impl {
     ino_t inode = 0;
     CallBudget budget;
     uint64_t relayId = 0;  // its id in relay_, 0 when not relayed
+    bool trusted = false;  // relay_ was told of its first authenticated call
   };
   std::unordered_map<int, Handed> handed_;
   AddressPenalties penalties_;

@@ -36,6 +36,9 @@ struct ConnectionListenerOptions {
   // or sends control frames faster than `abuse` allows (connection_relay.h). Costs two more
   // descriptors per connection and a copy of each byte.
   bool relay = false;
+  // The server checks a job token: a relayed connection may open only untrustedCallBurst streams
+  // until admitCall sees its first call with the valid token.
+  bool tokenRequired = false;
 };
 
 struct ConnectionListenerStats {

@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -54,6 +56,10 @@ struct Relayed {
   Http2FrameScanner scanner;
   TokenBucket streams;
   TokenBucket control;
+  bool trusted = false;
+  // Streams of the chunk read last that wait for the untrusted connections' shared budget; while
+  // not 0 nothing more is read from the client and nothing is passed to gRPC.
+  double heldStreams = 0;
   bool innerWriteShut = false;
   bool clientWriteShut = false;
 };
@@ -66,7 +72,9 @@ uint64_t key(uint64_t id, bool inner) { return (id << 1) | (inner ? 1 : 0); }
 class ConnectionRelay::Impl {
  public:
   Impl(AbuseLimits limits, std::function<void(const std::string&, const std::string&)> onAbuse)
-      : limits_(limits), onAbuse_(std::move(onAbuse)) {
+      : limits_(limits),
+        onAbuse_(std::move(onAbuse)),
+        untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()) {
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!epoll_ || !wake_) throw DDPRUN_SYSTEM_ERROR("connection relay");
@@ -86,16 +94,19 @@ class ConnectionRelay::Impl {
     thread_.join();
   }
 
-  Added add(UniqueFd client, const std::string& address) {
+  Added add(UniqueFd client, const std::string& address, bool trusted) {
     int pair[2];
     // Both ends non-blocking: gRPC expects that of a descriptor it is given, as accept4 makes them.
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) return {};
     UniqueFd inner(pair[0]), grpcSide(pair[1]);
     ::fcntl(client.get(), F_SETFL, ::fcntl(client.get(), F_GETFL) | O_NONBLOCK);
     auto r = std::make_unique<Relayed>(Relayed{0, address, Side{std::move(client)}, Side{std::move(inner)}, {}, {}, {},
-                                               TokenBucket(limits_.callsPerSecond, limits_.callBurst, Clock::now()),
+                                               TokenBucket(limits_.callsPerSecond,
+                                                           trusted ? limits_.callBurst : limits_.untrustedCallBurst,
+                                                           Clock::now()),
                                                TokenBucket(limits_.controlFramesPerSecond, limits_.controlFrameBurst,
-                                                           Clock::now())});
+                                                           Clock::now()),
+                                               trusted});
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -116,6 +127,14 @@ class ConnectionRelay::Impl {
     wake();
   }
 
+  void trust(uint64_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      trustRequests_.push_back(id);
+    }
+    wake();
+  }
+
   ConnectionRelayStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
@@ -123,6 +142,9 @@ class ConnectionRelay::Impl {
 
  private:
   static constexpr uint64_t kWakeKey = ~uint64_t{0};
+  // Unauthenticated connections that may wait for the shared stream budget at once; more are
+  // closed (each holds three descriptors and a chunk while it waits).
+  static constexpr std::size_t kMaxHeld = 256;
 
   void wake() {
     uint64_t one = 1;
@@ -132,19 +154,30 @@ class ConnectionRelay::Impl {
   void run() {
     std::vector<epoll_event> events(256);
     while (true) {
-      int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+      int timeout = -1;
+      if (!timers_.empty()) {
+        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - Clock::now());
+        timeout = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
+      }
+      int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0 && errno != EINTR) break;
+      // Requests first: a trust() or close() made before the client's next bytes were sent then
+      // applies to them, whatever order epoll reports the two in. The wake-up is consumed before
+      // the requests are read, so that none made meanwhile goes unnoticed.
       for (int i = 0; i < n; ++i) {
         if (events[i].data.u64 == kWakeKey) {
           uint64_t count;
           (void)!::read(wake_.get(), &count, sizeof(count));
-          continue;
         }
+      }
+      if (!takeInbox()) break;
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.u64 == kWakeKey) continue;
         auto it = conns_.find(events[i].data.u64 >> 1);
         if (it == conns_.end()) continue;  // closed by an earlier event of this batch
         serve(*it->second, (events[i].data.u64 & 1) != 0, events[i].events);
       }
-      if (!takeInbox()) break;
+      releaseDue();
     }
     conns_.clear();  // closes every descriptor
   }
@@ -152,18 +185,27 @@ class ConnectionRelay::Impl {
   // New connections and close requests from other threads; false once stopping.
   bool takeInbox() {
     std::vector<std::unique_ptr<Relayed>> added;
-    std::vector<uint64_t> closing;
+    std::vector<uint64_t> closing, trusting;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return false;
       added.swap(inbox_);
       closing.swap(closeRequests_);
+      trusting.swap(trustRequests_);
     }
     for (auto& r : added) {
       const uint64_t id = r->id;
       Relayed& ref = *r;
       conns_.emplace(id, std::move(r));
       update(ref);
+    }
+    for (uint64_t id : trusting) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      Relayed& r = *it->second;
+      r.trusted = true;
+      r.streams = TokenBucket(limits_.callsPerSecond, limits_.callBurst, Clock::now());
+      if (r.heldStreams > 0) release(r);
     }
     for (uint64_t id : closing) drop(id, false);
     return true;
@@ -177,14 +219,18 @@ class ConnectionRelay::Impl {
     bool progress = false;
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0) {
       const char* abuse = nullptr;
-      if (!readInto(r, from, in, !innerSide, &progress, &abuse)) return drop(r.id, false);
+      bool overloaded = false;
+      if (!readInto(r, from, in, !innerSide, &progress, &abuse, &overloaded) || overloaded) return drop(r.id, false);
       if (abuse) return cutForAbuse(r.id, abuse);
     }
-    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && out.size() > 0) {
+    const bool held = r.heldStreams > 0;  // toServer waits for the shared budget
+    // A held client that hung up wants nothing more: its streams are not worth the budget.
+    if (held && !innerSide && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return drop(r.id, false);
+    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && out.size() > 0 && !(innerSide && held)) {
       if (!writeFrom(from, out, &progress)) return drop(r.id, false);
     }
     // Pass on at once what was read (saves a round through epoll).
-    if (in.size() > 0 && !writeFrom(to, in, &progress)) return drop(r.id, false);
+    if (in.size() > 0 && !(!innerSide && held) && !writeFrom(to, in, &progress)) return drop(r.id, false);
     if ((events & (EPOLLHUP | EPOLLERR)) && !progress) return drop(r.id, false);  // gone, nothing more to move
     if (!finishHalfCloses(r)) return drop(r.id, false);
     update(r);
@@ -192,7 +238,8 @@ class ConnectionRelay::Impl {
 
   // Reads what fits into `in`; from the client, counts frames against the limits and stops at
   // the first chunk that breaks them (*abuse says which; that chunk is not passed on).
-  bool readInto(Relayed& r, Side& from, Buffer& in, bool fromClient, bool* progress, const char** abuse) {
+  bool readInto(Relayed& r, Side& from, Buffer& in, bool fromClient, bool* progress, const char** abuse,
+                bool* overloaded) {
     char chunk[65536];
     while (in.room() > 0) {
       const std::size_t want = std::min(sizeof(chunk), in.room());
@@ -219,10 +266,53 @@ class ConnectionRelay::Impl {
           *abuse = why;
           return true;
         }
+        if (!r.trusted && counts.newStreams > 0 && !untrusted_.take(static_cast<double>(counts.newStreams), now)) {
+          // All unauthenticated connections together are over their budget: hold this chunk and
+          // stop reading until the budget has refilled enough for it (releaseDue).
+          if (timers_.size() >= kMaxHeld) {
+            *abuse = nullptr;
+            *overloaded = true;  // too many wait already: this one is closed (no penalty)
+            return true;
+          }
+          in.bytes.insert(in.bytes.end(), chunk, chunk + n);
+          hold(r, static_cast<double>(counts.newStreams), now);
+          return true;
+        }
       }
       in.bytes.insert(in.bytes.end(), chunk, chunk + n);
     }
     return true;
+  }
+
+  void hold(Relayed& r, double streams, Clock::time_point now) {
+    r.heldStreams = streams;
+    const double rate = std::max(limits_.untrustedStreamsPerSecond, 1.0);
+    timers_.emplace(now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(streams / rate)),
+                    r.id);
+  }
+
+  // Passes on a held chunk and reads on.
+  void release(Relayed& r) {
+    r.heldStreams = 0;
+    bool progress = false;
+    if (!writeFrom(r.inner, r.toServer, &progress) || !finishHalfCloses(r)) return drop(r.id, false);
+    update(r);
+  }
+
+  void releaseDue() {
+    const auto now = Clock::now();
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+      const uint64_t id = timers_.begin()->second;
+      timers_.erase(timers_.begin());
+      auto it = conns_.find(id);
+      if (it == conns_.end() || it->second->heldStreams <= 0) continue;  // closed, or trusted meanwhile
+      Relayed& r = *it->second;
+      if (untrusted_.take(r.heldStreams, now)) {
+        release(r);
+      } else {
+        hold(r, r.heldStreams, now);
+      }
+    }
   }
 
   static bool writeFrom(Side& to, Buffer& out, bool* progress) {
@@ -253,10 +343,13 @@ class ConnectionRelay::Impl {
   }
 
   void update(Relayed& r) {
+    const bool held = r.heldStreams > 0;
     setInterest(r, r.client, false,
-                (!r.client.readClosed && r.toServer.room() > 0 ? EPOLLIN : 0u) | (r.toClient.size() > 0 ? EPOLLOUT : 0u));
+                (!r.client.readClosed && r.toServer.room() > 0 && !held ? EPOLLIN : 0u) | (held ? EPOLLRDHUP : 0u) |
+                    (r.toClient.size() > 0 ? EPOLLOUT : 0u));
     setInterest(r, r.inner, true,
-                (!r.inner.readClosed && r.toClient.room() > 0 ? EPOLLIN : 0u) | (r.toServer.size() > 0 ? EPOLLOUT : 0u));
+                (!r.inner.readClosed && r.toClient.room() > 0 ? EPOLLIN : 0u) |
+                    (r.toServer.size() > 0 && !held ? EPOLLOUT : 0u));
   }
 
   void setInterest(Relayed& r, Side& side, bool inner, uint32_t events) {
@@ -292,10 +385,13 @@ class ConnectionRelay::Impl {
   std::function<void(const std::string&, const std::string&)> onAbuse_;
   UniqueFd epoll_;
   UniqueFd wake_;
+  TokenBucket untrusted_;  // streams of every connection not trusted yet, together
   std::unordered_map<uint64_t, std::unique_ptr<Relayed>> conns_;  // relay thread only
+  std::multimap<Clock::time_point, uint64_t> timers_;            // held connections, by due time
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Relayed>> inbox_;
   std::vector<uint64_t> closeRequests_;
+  std::vector<uint64_t> trustRequests_;
   uint64_t lastId_ = 0;
   bool stopping_ = false;
   ConnectionRelayStats stats_;
@@ -306,9 +402,10 @@ ConnectionRelay::ConnectionRelay(AbuseLimits limits,
                                  std::function<void(const std::string& address, const std::string& why)> onAbuse)
     : impl_(std::make_unique<Impl>(limits, std::move(onAbuse))) {}
 ConnectionRelay::~ConnectionRelay() = default;
-ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address) {
-  return impl_->add(std::move(client), address);
+ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address, bool trusted) {
+  return impl_->add(std::move(client), address, trusted);
 }
+void ConnectionRelay::trust(uint64_t id) { impl_->trust(id); }
 void ConnectionRelay::close(uint64_t id) { impl_->close(id); }
 ConnectionRelayStats ConnectionRelay::stats() const { return impl_->stats(); }
 

@@ -43,11 +43,15 @@ class ConnectionRelay {
     UniqueFd grpcSide;  // to give gRPC in the client's place; empty when no socket pair could be made
     uint64_t id = 0;    // names the connection in close()
   };
-  // Relays `client` (a connected socket from `address`; the relay owns it from here on).
-  Added add(UniqueFd client, const std::string& address);
+  // Relays `client` (a connected socket from `address`; the relay owns it from here on). With
+  // `trusted` false the connection may open only untrustedCallBurst streams until trust(id).
+  Added add(UniqueFd client, const std::string& address, bool trusted);
   // Cuts connection `id` (from any thread; the relay's thread closes it soon after). Unknown or
   // closed ids are ignored.
   void close(uint64_t id);
+  // Connection `id` made a call with a valid job token: from now on it may open callBurst streams
+  // at once instead of untrustedCallBurst (from any thread; takes effect soon after).
+  void trust(uint64_t id);
   ConnectionRelayStats stats() const;
 
   class Impl;

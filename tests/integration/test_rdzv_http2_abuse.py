@@ -77,9 +77,9 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
         return ml.Daemon(self, port, token_file=self.token_path, log_level="warning", extra=extra,
                          prefix=["prlimit", "--as=%d" % MEMORY_CAP, "--"])
 
-    def attack(self, port, kind, seconds=ATTACK_S, connections=4):
+    def attack(self, port, kind, seconds=ATTACK_S, connections=4, where=("--source", "127.0.0.2")):
         return subprocess.Popen([sys.executable, ATTACK, "--port", str(port), "--attack", kind, "--seconds",
-                                 str(seconds), "--connections", str(connections), "--source", "127.0.0.2"],
+                                 str(seconds), "--connections", str(connections)] + list(where),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def job(self, port, tag):
@@ -94,11 +94,11 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
         self.assertIsNone(daemon.poll(), "the daemon died %s (memory cap %d MiB)\n%s" % (
             when, MEMORY_CAP >> 20, daemon.result(daemon.poll()).describe()))
 
-    def run_attack_case(self, kind, extra=(), token=True):
+    def run_attack_case(self, kind, extra=(), token=True, where=("--source", "127.0.0.2")):
         daemon = self.start_daemon(extra, token)
         start_kb = rss_kb(daemon.pid)
         sampler = RssSampler(daemon.pid)
-        attacker = self.attack(daemon.port, kind)
+        attacker = self.attack(daemon.port, kind, where=where)
         time.sleep(0.5)  # the attack is under way when the job starts
         jobs = self.job(daemon.port, "during")
         try:
@@ -131,6 +131,12 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
     def test_rapid_reset_without_the_token(self):
         out, daemon = self.run_attack_case("rapid_reset")
         self.assertIn("closed a connection from 127.0.0.2", daemon.stderr(), "the attacker was never cut off")
+
+    def test_rapid_reset_from_a_new_address_for_every_connection(self):
+        # No per-address penalty stops this attacker; an unauthenticated connection may open only
+        # a few streams (AbuseLimits::untrustedCallBurst), so each new connection costs it more
+        # than it costs the daemon.
+        self.run_attack_case("rapid_reset", where=("--spread", "--per_connection", "16"))
 
     def test_open_streams_without_the_token(self):
         self.run_attack_case("open_streams")
