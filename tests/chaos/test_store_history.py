@@ -86,7 +86,7 @@ class StoreHistoryTest(ml.MultiNodeTestCase):
                 slot = rng.randrange(CLIENTS)
                 if procs[slot].poll() is None:
                     procs[slot].send_signal(signal.SIGKILL)
-                    procs[slot].wait(10)
+                    procs[slot].communicate(timeout=10)
                     kills += 1
                 start(slot)
             for slot, p in procs.items():
@@ -100,7 +100,7 @@ class StoreHistoryTest(ml.MultiNodeTestCase):
             for p in procs.values():
                 if p.poll() is None:
                     p.kill()
-                    p.wait(10)
+                p.communicate(timeout=10)
         self.assertGreater(kills, 0, "no client was killed: the test checked nothing under crashes")
 
         sets, adds, cas = {}, 0, {}
