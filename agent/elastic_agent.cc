@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <filesystem>
 #include <optional>
@@ -70,6 +71,19 @@ class ElasticAgent::Impl {
     if (finished_ || !group_ || round != currentRound_.round) return;
     spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
     group_->stop(SIGTERM, options_.shutdownGrace);
+  }
+
+  // Fencing (docs/rendezvous.md): the server may form a round without this node soon, so the
+  // workers get a short grace, not the shutdown grace.
+  void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
+    if (finished_ || !group_ || groupStopped_ || round != currentRound_.round) return;
+    spdlog::warn("round {} fenced ({}): stopping workers, SIGKILL in {}ms", round, reason, killWithin.count());
+    if (hangDetector_) hangDetector_->disarm();
+    if (killWithin.count() <= 0) {
+      group_->killNow();
+    } else {
+      group_->stop(SIGTERM, std::min(killWithin, options_.shutdownGrace));
+    }
   }
 
   void onJobClosed(const JobClosure& closure) {
@@ -187,6 +201,15 @@ class ElasticAgent::Impl {
   }
 
   void onWorkerFailed(const WorkerExit& exit) {
+    if (rendezvous_.fenced(currentRound_.round)) {
+      // Killed by the fence (this agent's or the watchdog's, while this process was frozen), or
+      // ended while the node was cut off: not a failure of the job, and no restart is spent.
+      spdlog::warn("worker rank {} (pid {}) of fenced round {} ended; stopping the others", exit.rank, exit.pid,
+                   currentRound_.round);
+      if (hangDetector_) hangDetector_->disarm();
+      group_->killNow();
+      return;
+    }
     firstFailure_ = exit;
     if (hangDetector_) hangDetector_->disarm();
     std::string how = !exit.spawnError.empty() ? "could not be started (" + exit.spawnError + ")"
@@ -281,7 +304,7 @@ class ElasticAgent::Impl {
   std::string closeReason_;
   std::optional<WorkerFailure> jobFailure_;  // the job's first failure, when one ended it
   std::string jobFailedNode_;
-  int closureStatus_ = 1;  // the closure's status when no worker failure decides the exit status
+  int closureStatus_ = kExitInfrastructure;  // the closure's status when no worker failure decides the exit status
   std::optional<int> stopSignal_;
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;
@@ -298,5 +321,8 @@ void ElasticAgent::onRoundInterrupted(uint64_t round, const std::string& reason)
   impl_->onRoundInterrupted(round, reason);
 }
 void ElasticAgent::onJobClosed(const JobClosure& closure) { impl_->onJobClosed(closure); }
+void ElasticAgent::onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
+  impl_->onFenced(round, reason, killWithin);
+}
 
 }  // namespace ddprun

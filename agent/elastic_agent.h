@@ -62,6 +62,7 @@ class ElasticAgent final : public RendezvousListener {
   void onRoundReady(const RoundInfo& round) override;
   void onRoundInterrupted(uint64_t round, const std::string& reason) override;
   void onJobClosed(const JobClosure& closure) override;
+  void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) override;
 
  private:
   class Impl;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 #include <thread>
@@ -57,8 +58,11 @@ Lifeline::Lifeline(const std::string& watchdogPath, const std::string& marker, c
 }
 
 Lifeline::~Lifeline() {
-  if (!pipe_) return;
-  pipe_.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pipe_) return;
+    pipe_.reset();
+  }
   // The watchdog's final scan takes a few milliseconds; bounded wait, then leave it to init.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -70,17 +74,23 @@ Lifeline::~Lifeline() {
 }
 
 void Lifeline::release() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!pipe_) return;
   writeAll(pipe_.get(), "bye\n");
   pipe_.reset();
 }
 
-void Lifeline::trackGroup(pid_t pgid) { send('+', pgid); }
-void Lifeline::forgetGroup(pid_t pgid) { send('-', pgid); }
+void Lifeline::trackGroup(pid_t pgid) { send("+" + std::to_string(pgid) + "\n"); }
+void Lifeline::forgetGroup(pid_t pgid) { send("-" + std::to_string(pgid) + "\n"); }
+// steady_clock is CLOCK_MONOTONIC, which the watchdog reads too: one clock for both processes.
+void Lifeline::fenceAt(std::chrono::steady_clock::time_point deadline) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+  send("f" + std::to_string(std::max<int64_t>(ns, 1)) + "\n");
+}
 
-void Lifeline::send(char op, pid_t pgid) {
+void Lifeline::send(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!pipe_) return;
-  std::string line = op + std::to_string(pgid) + "\n";
   if (!writeAll(pipe_.get(), line)) {
     spdlog::warn("ddprun-watchdog is gone; kill -9 of ddprun would now leave workers behind");
     pipe_.reset();

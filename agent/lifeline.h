@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <mutex>
 #include <string>
 
 #include "common/unique_fd.h"
@@ -28,10 +30,14 @@ class Lifeline {
   pid_t watchdogPid() const { return pid_; }
   void trackGroup(pid_t pgid);
   void forgetGroup(pid_t pgid);
+  // Fencing: the watchdog kills every tracked group (and the job's cgroup, and marked processes)
+  // at `deadline` unless a later one arrives first. Any thread.
+  void fenceAt(std::chrono::steady_clock::time_point deadline);
 
  private:
-  void send(char op, pid_t pgid);
+  void send(const std::string& line);
 
+  std::mutex mu_;  // fenceAt comes from the rendezvous thread, the rest from the event loop
   UniqueFd pipe_;
   pid_t pid_ = -1;
 };

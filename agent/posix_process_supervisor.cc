@@ -186,6 +186,9 @@ class PosixProcessSupervisor::Impl {
   }
 
   const std::string& marker() const { return marker_; }
+  void setFenceDeadline(std::chrono::steady_clock::time_point deadline) {
+    if (lifeline_) lifeline_->fenceAt(deadline);
+  }
 
  private:
   void waitForSigchld() {
@@ -279,5 +282,8 @@ int PosixProcessSupervisor::sweepOrphans(const std::vector<pid_t>& endedGroups) 
   return impl_->sweepOrphans(endedGroups);
 }
 const std::string& PosixProcessSupervisor::marker() const { return impl_->marker(); }
+void PosixProcessSupervisor::setFenceDeadline(std::chrono::steady_clock::time_point deadline) {
+  impl_->setFenceDeadline(deadline);
+}
 
 }  // namespace ddprun

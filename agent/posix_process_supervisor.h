@@ -5,6 +5,7 @@
 // descendant carries a marker variable, and ddprun-watchdog covers kill -9 of the agent.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,10 @@ class PosixProcessSupervisor final : public ProcessSupervisor {
   void signalGroup(pid_t pid, int sig) override;
   void setExitHandler(ExitHandler handler) override;
   int sweepOrphans(const std::vector<pid_t>& endedGroups) override;
+
+  // Fencing (docs/rendezvous.md): the watchdog kills every worker at `deadline` unless a later
+  // deadline arrives first, even if this process is frozen then. Any thread.
+  void setFenceDeadline(std::chrono::steady_clock::time_point deadline);
 
   // The environment variable every descendant carries (its name is unique to this agent).
   const std::string& marker() const;

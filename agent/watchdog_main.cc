@@ -4,9 +4,13 @@
 // watchdog kills every group it still knows and then every process that carries the agent's marker
 // variable in its environment (grandchildren that left their group or daemonized), and exits.
 // "bye" means the agent cleaned up itself: the watchdog exits without a sweep.
+// "fNS" (fencing, docs/rendezvous.md): unless another "f" line comes first, at CLOCK_MONOTONIC time
+// NS every worker is killed (groups, cgroup, marked processes) while the watchdog keeps watching:
+// a frozen agent cannot fence its workers, this separate process can.
 // It is a separate small program so that it costs little memory and shares no state with the agent.
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -37,6 +41,12 @@ void killMarked(const std::string& marker) {
   }
 }
 
+int64_t monotonicNs() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 }  // namespace
 
 // Removes the agent's temporary folder (error files, per-round store) after kill -9.
@@ -45,13 +55,18 @@ void removeTree(const char* path) {
          FTW_DEPTH | FTW_PHYS);
 }
 
-// Ends the job's cgroup (every process in it, however it hid) and removes it once empty.
-void killCgroup(const std::string& path) {
+// SIGKILLs every process in the job's cgroup, however it hid.
+void killCgroupMembers(const std::string& path) {
   int fd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
     (void)!::write(fd, "1", 1);
     ::close(fd);
   }
+}
+
+// Ends the job's cgroup and removes it once empty.
+void killCgroup(const std::string& path) {
+  killCgroupMembers(path);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (::rmdir(path.c_str()) != 0 && errno == EBUSY && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -77,9 +92,28 @@ int main(int argc, char** argv) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
 
   std::set<pid_t> groups;
+  int64_t fenceAtNs = 0;  // 0: no fence armed
   std::string pending;
   char buf[512];
   while (true) {
+    int timeoutMs = -1;
+    if (fenceAtNs > 0) {
+      int64_t left = fenceAtNs - monotonicNs();
+      timeoutMs = left <= 0 ? 0 : static_cast<int>(std::min<int64_t>((left + 999999) / 1000000, 60000));
+    }
+    struct pollfd pfd = {kLifelineFd, POLLIN, 0};
+    int ready = ::poll(&pfd, 1, timeoutMs);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) {
+      if (fenceAtNs > 0 && monotonicNs() >= fenceAtNs) {
+        // Fenced: the agent has not heard from the rendezvous in time and did not say so itself.
+        for (pid_t pgid : groups) ::kill(-pgid, SIGKILL);
+        if (!cgroup.empty()) killCgroupMembers(cgroup);
+        killMarked(marker);
+        fenceAtNs = 0;
+      }
+      continue;
+    }
     ssize_t n = ::read(kLifelineFd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -90,6 +124,11 @@ int main(int argc, char** argv) {
       pending.erase(0, eol + 1);
       if (line == "bye") return 0;  // the agent cleaned up itself and exits normally
       if (line.size() < 2) continue;
+      if (line[0] == 'f') {
+        int64_t ns = std::strtoll(line.c_str() + 1, nullptr, 10);
+        if (ns > 0) fenceAtNs = ns;
+        continue;
+      }
       pid_t pgid = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
       if (pgid <= 1) continue;
       if (line[0] == '+') groups.insert(pgid);

@@ -113,7 +113,9 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   std::unique_ptr<Rendezvous> rendezvous;
   if (cfg.multiNode) {
     DDPRUN_CHECK(startMultiNode != nullptr, "multi-node job in a build without the gRPC rendezvous");
-    multiNode = startMultiNode(cfg, [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
+    multiNode = startMultiNode(
+        cfg, [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
+        [&supervisor](std::chrono::steady_clock::time_point deadline) { supervisor.setFenceDeadline(deadline); });
     rendezvous = std::move(multiNode.client);
   } else {
     rendezvous = std::make_unique<LocalRendezvous>(

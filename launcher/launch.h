@@ -26,7 +26,9 @@ struct MultiNodeRendezvous {
 };
 
 using PostFn = std::function<void(std::function<void()>)>;
-using MultiNodeStarter = std::function<MultiNodeRendezvous(const LaunchConfig&, PostFn)>;
+// Hands a fencing deadline to the supervisor's watchdog (GrpcRendezvousOptions::onFenceDeadline).
+using FenceFn = std::function<void(std::chrono::steady_clock::time_point)>;
+using MultiNodeStarter = std::function<MultiNodeRendezvous(const LaunchConfig&, PostFn, FenceFn)>;
 
 // startMultiNode may be null when config.multiNode is false.
 int launch(const LaunchConfig& config, const MultiNodeStarter& startMultiNode);

@@ -38,7 +38,7 @@ class HostedServer final : public HostedRendezvous {
 
 // This node hosts the server when asked (static node 0, is_host=1), or, when unsaid, when the
 // endpoint is a free address of this machine (as torchrun's c10d does).
-MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
+MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post, FenceFn fence) {
   prepareGrpcRuntime();
   MultiNodeRendezvous out;
   std::string token = readToken(cfg);
@@ -81,6 +81,7 @@ MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post) {
   o.masterPort = findFreePort("");
   o.nodeRank = staticMode ? cfg.nodeRank : -1;
   o.connectTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.joinTimeoutSeconds * 1000));
+  o.onFenceDeadline = std::move(fence);
   out.client = std::make_unique<GrpcRendezvous>(o, std::move(post));
   return out;
 }

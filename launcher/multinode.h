@@ -6,6 +6,6 @@
 
 namespace ddprun {
 
-MultiNodeRendezvous startMultiNode(const LaunchConfig& config, PostFn post);
+MultiNodeRendezvous startMultiNode(const LaunchConfig& config, PostFn post, FenceFn fence);
 
 }  // namespace ddprun

@@ -3,14 +3,17 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 
 #include "common/error.h"
+#include "common/exit_codes.h"
 #include "rendezvous/grpc_runtime.h"
 #include "rendezvous/worker_failure_message.h"
 #include "store/grpc_util.h"
@@ -41,9 +44,19 @@ std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o) {
 
 }  // namespace
 
+FenceTiming FenceTiming::forHeartbeatTimeout(std::chrono::microseconds heartbeatTimeout) {
+  using std::chrono::milliseconds;
+  auto h = std::max<int64_t>(std::chrono::duration_cast<milliseconds>(heartbeatTimeout).count(), 16);
+  return FenceTiming{milliseconds(std::max<int64_t>(h / 8, 20)), milliseconds(h * 5 / 8), milliseconds(h * 3 / 4),
+                     milliseconds(h * 13 / 16)};
+}
+
 class GrpcRendezvous::Impl {
  public:
-  Impl(GrpcRendezvousOptions options, Post post) : options_(std::move(options)), post_(std::move(post)) {}
+  Impl(GrpcRendezvousOptions options, Post post)
+      : options_(std::move(options)),
+        post_(std::move(post)),
+        timing_(FenceTiming::forHeartbeatTimeout(options_.rules.heartbeatTimeout)) {}
 
   ~Impl() {
     {
@@ -73,9 +86,21 @@ class GrpcRendezvous::Impl {
   }
 
   void reportSucceeded(uint64_t round) {
+    // Workers that exited 0 need no fence: the node waits at the barrier.
+    uint64_t prev = succeededRound_.load();
+    while (prev < round && !succeededRound_.compare_exchange_weak(prev, round)) {
+    }
     pb::AgentMessage msg;
     msg.mutable_succeeded()->set_round(round);
     write(msg);
+  }
+
+  // Order matters against updateContact(), which marks the round fenced before it refreshes the
+  // contact: staleness is read first, so a worker killed while the contact was stale is seen as
+  // fenced even if an answer arrived since.
+  bool fenced(uint64_t round) const {
+    if (fencingDue(SteadyClock::now()) && round == round_.load()) return true;
+    return fencedThrough_.load() >= round;
   }
 
   void leave() {
@@ -162,14 +187,17 @@ class GrpcRendezvous::Impl {
       if (!options_.token.empty()) context_->AddMetadata(kTokenMetadataKey, options_.token);
       stream_ = stub.Session(context_.get());
       sessionOver_ = false;
+      fenceCancelled_ = false;
     }
     duplicateNode_ = false;
+    evicted_ = false;
+    joinSent_ = SteadyClock::now();  // before the write: the server cannot have read it earlier
     write(joinMessage());
     pb::ServerMessage msg;
     bool over = false;
     while (stream_->Read(&msg)) {
       if (!handle(msg)) {
-        over = !duplicateNode_;
+        over = !duplicateNode_ && !evicted_;
         break;
       }
     }
@@ -183,11 +211,14 @@ class GrpcRendezvous::Impl {
       // Not a lost connection: joining again would be refused again. Said at once, without the token.
       closed_ = true;
       fail("the rendezvous at " + options_.endpoint + " refused the job token (UNAUTHENTICATED): give this node "
-           "the job's token (--rdzv_conf token_file=PATH or DDPRUN_RDZV_TOKEN)", 2);
+           "the job's token (--rdzv_conf token_file=PATH or DDPRUN_RDZV_TOKEN)", kExitUsage);
       return SessionEnd::kOver;
     }
     *why = duplicateNode_ ? "the server still holds this node's previous session"
-                          : (status.ok() ? std::string("the server closed the session") : status.error_message());
+           : evicted_     ? evictedWhy_
+           : fenceCancelled_.exchange(false)
+               ? std::string("no answer to heartbeats for ") + std::to_string(timing_.agentFence.count()) + "ms"
+               : (status.ok() ? std::string("the server closed the session") : status.error_message());
     return SessionEnd::kLost;
   }
 
@@ -228,6 +259,9 @@ class GrpcRendezvous::Impl {
         info.masterPort = a.master_port();
         info.storeAddr = options_.endpoint;
         info.storePrefix = a.store_prefix();
+        // The server read this session's Join before it assigned the round.
+        updateContact(joinSent_);
+        fencingOn_ = a.acks_heartbeats();
         round_ = info.round;
         rejoinedRound_ = true;
         post_([listener = listener_, info] { listener->onRoundReady(info); });
@@ -252,11 +286,31 @@ class GrpcRendezvous::Impl {
         post_([listener = listener_, closure] { listener->onJobClosed(closure); });
         return false;
       }
+      case pb::ServerMessage::kHeartbeatAck: {
+        std::optional<SteadyClock::time_point> sent;
+        {
+          std::lock_guard<std::mutex> lock(sentMu_);
+          while (!sent_.empty() && sent_.front().first <= msg.heartbeat_ack().seq()) {
+            if (sent_.front().first == msg.heartbeat_ack().seq()) sent = sent_.front().second;
+            sent_.pop_front();
+          }
+        }
+        if (sent) updateContact(*sent);
+        return true;
+      }
       case pb::ServerMessage::kRejected: {
         const auto& r = msg.rejected();
         if (!r.fatal()) {
           spdlog::warn("rendezvous: {}", r.message());
           return true;
+        }
+        if (r.code() == pb::Rejected::EVICTED || (r.code() == pb::Rejected::NOT_JOINED && round_ > 0)) {
+          // The server declared this node dead and may already run a round without it: whatever
+          // still runs here is killed now, and the node joins again as a newcomer.
+          fence(round_, "the rendezvous declared this node dead", std::chrono::milliseconds(0));
+          evicted_ = true;
+          evictedWhy_ = "the server declared this node dead (" + r.message() + ")";
+          return false;
         }
         if (r.code() == pb::Rejected::DUPLICATE_NODE && rejoining_) {
           // Joining again before the server noticed the lost stream: try again shortly. (For a
@@ -267,7 +321,7 @@ class GrpcRendezvous::Impl {
         closed_ = true;
         const bool configuration = r.code() == pb::Rejected::MALFORMED || r.code() == pb::Rejected::RULES_MISMATCH ||
                                    (r.code() == pb::Rejected::DUPLICATE_NODE && !rejoining_);
-        fail("the rendezvous refused this node: " + r.message(), configuration ? 2 : 1);
+        fail("the rendezvous refused this node: " + r.message(), configuration ? kExitUsage : kExitInfrastructure);
         return false;
       }
       default:
@@ -275,18 +329,86 @@ class GrpcRendezvous::Impl {
     }
   }
 
+  // Sends heartbeats, and fences the workers when the server has not answered one sent in the
+  // last timing_.agentFence (docs/rendezvous.md, "Fencing").
   void heartbeatLoop() {
-    auto interval = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(options_.rules.heartbeatTimeout) / 4,
-                             std::chrono::milliseconds(20));
+    auto nextBeat = SteadyClock::now() + timing_.heartbeatInterval;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
-      if (cv_.wait_for(lock, interval, [this] { return stopping_; })) break;
+      auto wakeAt = nextBeat;
+      if (auto due = fenceDue()) wakeAt = std::min(wakeAt, *due);
+      if (cv_.wait_until(lock, wakeAt, [this] { return stopping_; })) break;
       lock.unlock();
-      pb::AgentMessage msg;
-      msg.mutable_heartbeat()->set_round(round_);
-      write(msg);
+      auto now = SteadyClock::now();
+      if (now >= nextBeat) {
+        pb::AgentMessage msg;
+        msg.mutable_heartbeat()->set_round(round_);
+        {
+          std::lock_guard<std::mutex> sentLock(sentMu_);
+          msg.mutable_heartbeat()->set_seq(++heartbeatSeq_);
+          sent_.emplace_back(heartbeatSeq_, now);  // before the write: the server reads it later
+          if (sent_.size() > kMaxUnanswered) sent_.pop_front();
+        }
+        write(msg);
+        nextBeat = now + timing_.heartbeatInterval;
+      }
+      if (fencingDue(SteadyClock::now())) {
+        fence(round_, "no answer from the rendezvous at " + options_.endpoint + " for " +
+                          std::to_string(timing_.agentFence.count()) + "ms",
+              timing_.agentKill - timing_.agentFence);
+      }
       lock.lock();
     }
+  }
+
+  // When the workers of the current round must be fenced unless the server answers, if they may
+  // run at all (a round with heartbeat answers, not fenced yet, not succeeded).
+  std::optional<SteadyClock::time_point> fenceDue() const {
+    const uint64_t round = round_.load();
+    const int64_t contact = contactNs_.load();
+    if (!fencingOn_.load() || round == 0 || contact == 0 || fencedThrough_.load() >= round ||
+        succeededRound_.load() >= round) {
+      return std::nullopt;
+    }
+    return SteadyClock::time_point(std::chrono::nanoseconds(contact)) + timing_.agentFence;
+  }
+  bool fencingDue(SteadyClock::time_point now) const {
+    auto due = fenceDue();
+    return due && now >= *due;
+  }
+
+  // The server had heard from this node by `sent` (it answered something sent then).
+  void updateContact(SteadyClock::time_point sent) {
+    // A contact that went stale is a fence even if the answer comes in now: the watchdog may
+    // already have killed the workers (after a freeze of this process, for example).
+    if (fencingDue(SteadyClock::now())) {
+      fence(round_, "no answer from the rendezvous for longer than " + std::to_string(timing_.agentFence.count()) + "ms",
+            std::chrono::milliseconds(0));
+    }
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(sent.time_since_epoch()).count();
+    int64_t prev = contactNs_.load();
+    while (prev < ns && !contactNs_.compare_exchange_weak(prev, ns)) {
+    }
+    if (prev < ns && options_.onFenceDeadline) options_.onFenceDeadline(sent + timing_.watchdogKill);
+  }
+
+  // Kills this node's workers of `round` within `killWithin` and ends the session, so that the
+  // server moves on at once; the reader joins again as a newcomer.
+  void fence(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
+    uint64_t prev = fencedThrough_.load();
+    while (prev < round && !fencedThrough_.compare_exchange_weak(prev, round)) {
+    }
+    if (prev >= round || succeededRound_.load() >= round) return;
+    spdlog::warn("fencing round {}: {}; its workers are killed within {}ms and this node joins again", round, reason,
+                 killWithin.count());
+    {
+      std::lock_guard<std::mutex> lock(writeMu_);
+      if (context_ && !sessionOver_) {
+        fenceCancelled_ = true;
+        context_->TryCancel();
+      }
+    }
+    post_([listener = listener_, round, reason, killWithin] { listener->onFenced(round, reason, killWithin); });
   }
 
   // Writes on the current session; dropped between sessions (a new session starts with Join).
@@ -296,7 +418,7 @@ class GrpcRendezvous::Impl {
     if (!stream_->Write(msg)) spdlog::debug("rendezvous stream closed while writing");
   }
 
-  void fail(const std::string& reason, int exitStatus = 1) {
+  void fail(const std::string& reason, int exitStatus = kExitInfrastructure) {
     post_([listener = listener_, reason, exitStatus] {
       listener->onJobClosed(JobClosure{JobOutcome::kFailed, reason, {}, {}, exitStatus});
     });
@@ -307,8 +429,23 @@ class GrpcRendezvous::Impl {
     return stopping_;
   }
 
+  static constexpr size_t kMaxUnanswered = 64;
+
   GrpcRendezvousOptions options_;
   Post post_;
+  const FenceTiming timing_;
+  // Fencing state: written by the reader and heartbeat threads, read by the agent's loop too.
+  std::atomic<int64_t> contactNs_{0};       // steady-clock send time of the last answered message
+  std::atomic<bool> fencingOn_{false};      // the server answers heartbeats
+  std::atomic<uint64_t> fencedThrough_{0};  // every round up to this one is fenced here
+  std::atomic<uint64_t> succeededRound_{0};
+  std::atomic<bool> fenceCancelled_{false};  // the session was cancelled by a fence
+  std::mutex sentMu_;
+  uint64_t heartbeatSeq_ = 0;                                     // guarded by sentMu_
+  std::deque<std::pair<uint64_t, SteadyClock::time_point>> sent_;  // guarded by sentMu_
+  SteadyClock::time_point joinSent_{};  // reader thread only
+  bool evicted_ = false;                // reader thread only
+  std::string evictedWhy_;              // reader thread only
   RendezvousListener* listener_ = nullptr;
   std::mutex writeMu_;
   std::unique_ptr<grpc::ClientContext> context_;  // the current session's; guarded by writeMu_
@@ -336,5 +473,6 @@ void GrpcRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& fa
 }
 void GrpcRendezvous::reportSucceeded(uint64_t round) { impl_->reportSucceeded(round); }
 void GrpcRendezvous::leave() { impl_->leave(); }
+bool GrpcRendezvous::fenced(uint64_t round) const { return impl_->fenced(round); }
 
 }  // namespace ddprun

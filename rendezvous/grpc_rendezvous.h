@@ -1,6 +1,7 @@
 // The agent's rendezvous backend for multi-node jobs: one Session stream to the rendezvous server
 // (embedded in one agent, or the ddprun-rdzv daemon). Server pushes arrive on a reader thread and
-// are handed to the agent's event loop through `post`; heartbeats go out from a small thread.
+// are handed to the agent's event loop through `post`; heartbeats go out from a small thread,
+// which also fences the workers when the server stops answering them.
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,21 @@ struct GrpcRendezvousOptions {
   int masterPort = 0;          // free port on this node for rank 0's store
   int nodeRank = -1;           // static group rank, -1 elastic
   std::chrono::milliseconds connectTimeout{30000};
+  // Fencing (docs/rendezvous.md): called, from a rendezvous thread and under no lock, with the
+  // latest time by which this node's workers must be dead unless the server is heard from again
+  // (the supervisor hands it to the watchdog, which kills them even if this process is frozen).
+  std::function<void(std::chrono::steady_clock::time_point)> onFenceDeadline;
+};
+
+// The fencing deadlines, as fractions of the heartbeat timeout H, measured from the send time of
+// the last heartbeat the server answered (the server cannot have heard from the node before it
+// was sent, so it declares the node dead no earlier than that time + H).
+struct FenceTiming {
+  std::chrono::milliseconds heartbeatInterval;  // H/8: a short freeze of the server must not fence
+  std::chrono::milliseconds agentFence;         // 5H/8: the agent stops the workers (SIGTERM)...
+  std::chrono::milliseconds agentKill;          // 3H/4: ...and SIGKILLs what is left
+  std::chrono::milliseconds watchdogKill;       // 13H/16: the watchdog, if the agent is frozen
+  static FenceTiming forHeartbeatTimeout(std::chrono::microseconds heartbeatTimeout);
 };
 
 class GrpcRendezvous final : public Rendezvous {
@@ -38,6 +54,7 @@ class GrpcRendezvous final : public Rendezvous {
   void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
   void reportSucceeded(uint64_t round) override;
   void leave() override;
+  bool fenced(uint64_t round) const override;
 
  private:
   class Impl;

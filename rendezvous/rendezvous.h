@@ -4,9 +4,12 @@
 // Every callback runs on the agent's event loop, never inside the call that caused it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "common/exit_codes.h"
 
 namespace ddprun {
 
@@ -43,10 +46,10 @@ struct JobClosure {
   // agent exits with its status, so that a scheduler sees one exit code for the job.
   std::optional<WorkerFailure> failure;
   std::string failedNode;
-  // What the agent exits with when no worker failure decides it: 1 when the rendezvous failed,
-  // 2 when it refused this node's configuration (a wrong job token, other rules than the job's,
-  // an invalid join), as for a bad command line.
-  int exitStatus = 1;
+  // What the agent exits with when no worker failure decides it: kExitInfrastructure when the
+  // rendezvous failed, kExitUsage when it refused this node's configuration (a wrong job token,
+  // other rules than the job's, an invalid join), as for a bad command line.
+  int exitStatus = kExitInfrastructure;
 };
 
 class RendezvousListener {
@@ -57,6 +60,13 @@ class RendezvousListener {
   // The running round ends for a reason outside this node (a peer failed, a node joined or left):
   // stop the workers and wait for the next onRoundReady.
   virtual void onRoundInterrupted(uint64_t round, const std::string& reason) = 0;
+  // This node lost touch with the rendezvous long enough that the server may form a round
+  // without it: the workers of `round` must be dead within `killWithin` (fencing,
+  // docs/rendezvous.md). The next onRoundReady follows if the node can join again.
+  virtual void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
+    (void)killWithin;
+    onRoundInterrupted(round, reason);
+  }
   // The job is over for every node.
   virtual void onJobClosed(const JobClosure& closure) = 0;
 };
@@ -74,6 +84,12 @@ class Rendezvous {
   virtual void reportSucceeded(uint64_t round) = 0;
   // This node stops (a signal): it leaves without closing the job for the others.
   virtual void leave() = 0;
+  // Whether `round` was fenced on this node (its workers are killed because the rendezvous went
+  // silent), so that their deaths are not failures of the job. Any thread.
+  virtual bool fenced(uint64_t round) const {
+    (void)round;
+    return false;
+  }
 };
 
 }  // namespace ddprun

@@ -38,6 +38,7 @@ pb::Rejected::Code toProto(RejectCode code) {
     case RejectCode::kRulesMismatch: return pb::Rejected::RULES_MISMATCH;
     case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
     case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
+    case RejectCode::kEvicted: return pb::Rejected::EVICTED;
   }
   return pb::Rejected::UNSPECIFIED;
 }
@@ -59,6 +60,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
     out->set_master_addr(a->masterAddr);
     out->set_master_port(a->masterPort);
     out->set_store_prefix(storePrefix(runId, a->round));
+    out->set_acks_heartbeats(true);
   } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
     msg.mutable_round_interrupted()->set_round(i->round);
     msg.mutable_round_interrupted()->set_reason(i->reason);
@@ -434,6 +436,12 @@ class RendezvousService::Impl {
       case pb::AgentMessage::kHeartbeat:
         notices = job.state->heartbeat(s->nodeId, now);
         *deadlinesMayBeEarlier = !notices.empty();
+        if (notices.empty()) {
+          // The agent fences its workers when these stop coming (docs/rendezvous.md, "Fencing").
+          pb::ServerMessage ack;
+          ack.mutable_heartbeat_ack()->set_seq(msg.heartbeat().seq());
+          post(s, std::move(ack), false, fx);
+        }
         break;
       case pb::AgentMessage::kWorkerFailed:
       {
@@ -566,6 +574,14 @@ void SessionReactor::enqueue(pb::ServerMessage msg, bool finishAfter) {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_ || finishRequested_) return;
   bool closeOnly = msg.kind_case() == pb::ServerMessage::KIND_NOT_SET;
+  // An agent that sends heartbeats and does not read must not grow the queue: a newer ack
+  // replaces one that is queued and not being written (the front is, while writing_).
+  const bool ack = msg.kind_case() == pb::ServerMessage::kHeartbeatAck;
+  if (ack && !queue_.empty() && queue_.back().kind_case() == pb::ServerMessage::kHeartbeatAck &&
+      (queue_.size() > 1 || !writing_)) {
+    queue_.back() = std::move(msg);
+    return;
+  }
   if (!closeOnly) queue_.push_back(std::move(msg));
   if (finishAfter) finishRequested_ = true;
 }

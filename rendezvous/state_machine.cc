@@ -188,7 +188,13 @@ std::vector<Notice> RendezvousState::tick(Micros now) {
   for (const auto& [id, node] : nodes_) {
     if (now - node.lastSeen > rules_.heartbeatTimeout) silent.push_back(id);
   }
-  if (!silent.empty()) removeNodes(silent, "no heartbeat for " + seconds(rules_.heartbeatTimeout), now, &out);
+  if (!silent.empty()) {
+    const std::string why = "no heartbeat for " + seconds(rules_.heartbeatTimeout);
+    // Told first, so that a node that was only slow learns that it is out and joins again as a
+    // newcomer instead of running on in a round that has moved on without it.
+    for (const auto& id : silent) out.push_back(reject(id, RejectCode::kEvicted, "declared dead: " + why, true));
+    removeNodes(silent, why, now, &out);
+  }
   if (phase_ != Phase::kGathering) return out;
   if (lastCallDeadline_ && now >= *lastCallDeadline_) {
     closeRound(&out);

@@ -77,7 +77,8 @@ struct JobEnd {
   std::string failedNode;
 };
 
-enum class RejectCode { kStaleRound, kDuplicateNode, kJobClosed, kRulesMismatch, kMalformed, kNotJoined };
+// kEvicted: the node was declared dead (silent past the heartbeat timeout) and may join again.
+enum class RejectCode { kStaleRound, kDuplicateNode, kJobClosed, kRulesMismatch, kMalformed, kNotJoined, kEvicted };
 
 struct Rejection {
   RejectCode code;

@@ -8,7 +8,8 @@ record their lives (chaos_lib.LIFE_WORKER), injects one fault, and checks:
     the safety bound;
   - no process of any agent is left, and no worker beats after its agent ended.
 Faults: the daemon SIGKILLed mid-job; the daemon frozen (SIGSTOP) shorter and longer than the
-heartbeat timeout; one agent frozen for 3 x the heartbeat timeout while its workers run on.
+heartbeat timeout; one agent frozen for 3 x the heartbeat timeout while its workers run on (its
+watchdog fences them; the agent joins again after SIGCONT).
 """
 
 import os
@@ -63,7 +64,7 @@ class ProcessFaultsTest(ml.MultiNodeTestCase):
         self.daemon.kill(signal.SIGKILL)
         # Each agent loses the rendezvous, stops its workers, tries to join again for
         # 2 x heartbeat_timeout and then gives up with the infrastructure-failure code.
-        results, _ = self.finish(jobs, {ml.EXIT_COULD_NOT_RUN}, release=False)
+        results, _ = self.finish(jobs, {ml.EXIT_INFRASTRUCTURE}, release=False)
         for res in results:
             self.assertIn("lost the rendezvous", res.stderr)
 
@@ -85,7 +86,7 @@ class ProcessFaultsTest(ml.MultiNodeTestCase):
         # both nodes (or, on a slow machine, the infrastructure-failure exit).
         self.wait_lives(lambda lives: any(lv["round"] > 1 for lv in lives) or any(j.poll() is not None for j in jobs),
                         jobs, "a new round after the daemon came back")
-        self.finish(jobs, {0, ml.EXIT_COULD_NOT_RUN})
+        self.finish(jobs, {0, ml.EXIT_INFRASTRUCTURE})
 
     def test_agent_frozen_while_its_workers_run(self):
         jobs = self.start_job("abc", nnodes="2:3")
@@ -99,7 +100,12 @@ class ProcessFaultsTest(ml.MultiNodeTestCase):
             time.sleep(HEARTBEAT_S)
         finally:
             frozen.kill(signal.SIGCONT)
-        self.finish(jobs, {0, ml.EXIT_COULD_NOT_RUN})
+        # Its watchdog fenced c's workers while c was frozen; c learns that it was declared dead
+        # and joins again as a newcomer (#12 §3), instead of exiting 1.
+        self.wait_lives(lambda lives: any(lv["node"] == "c" and lv["round"] > 1 for lv in lives), jobs,
+                        "c joining again after the freeze")
+        results, _ = self.finish(jobs, {0})
+        self.assertIn("declared this node dead", results[2].stderr, results[2].describe())
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ import uuid
 import ddprun_testlib as tl
 
 RDZV = os.path.join(tl.BIN_DIR, "ddprun-rdzv")
-# README "Exit status": 1 = ddprun could not run the job. An agent whose rendezvous is lost, that is
-# refused (a wrong token, a stale round) or that runs out of join_timeout exits with it.
-EXIT_COULD_NOT_RUN = 1
+# README "Exit status" (common/exit_codes.h): the infrastructure-failure code. An agent whose
+# rendezvous is unreachable or lost, that is fenced out and cannot join again, that is refused (a
+# stale round, a closed job) or that runs out of join_timeout exits with it.
+EXIT_INFRASTRUCTURE = 200
 SAFETY_TIMEOUT_S = tl.SAFETY_TIMEOUT_S
 REPO = tl.REPO
 DDP_TRAIN = os.path.join(REPO, "examples", "torch", "ddp_train.py")

@@ -177,6 +177,16 @@ class Session {
     return status_;
   }
 
+  // Waits until at least `count` HeartbeatAcks have arrived.
+  bool waitAcks(uint64_t count, milliseconds timeout = kReply) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return acks_ >= count; });
+  }
+  uint64_t acks() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return acks_;
+  }
+
   // Every message received, as text, for leak checks.
   std::string transcript() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -189,7 +199,12 @@ class Session {
     while (stream_->Read(&msg)) {
       std::lock_guard<std::mutex> lock(mu_);
       transcript_ += msg.ShortDebugString() + "\n";
-      queue_.push_back(msg);
+      // Answers to heartbeats are counted, not queued: tests read the messages that change things.
+      if (msg.has_heartbeat_ack()) {
+        ++acks_;
+      } else {
+        queue_.push_back(msg);
+      }
       cv_.notify_all();
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -205,6 +220,7 @@ class Session {
   std::condition_variable cv_;
   std::deque<pb::ServerMessage> queue_;
   std::string transcript_;
+  uint64_t acks_ = 0;
   bool readDone_ = false;
   bool finished_ = false;
   grpc::Status status_;
@@ -336,14 +352,17 @@ inline std::unique_ptr<RunningJob> startRunningJob(const TestServer& server, std
   return job;
 }
 
-// The running job noticed nothing: both streams open, heartbeats accepted silently (a node the
-// server forgot would be told NOT_JOINED), no interruption within kQuiet, and the store still
-// serves its round.
+// The running job noticed nothing: both streams open, heartbeats answered (a node the server
+// forgot would be told NOT_JOINED), no interruption within kQuiet, and the store still serves
+// its round.
 inline void requireUndisturbed(RunningJob& job) {
   REQUIRE(job.a->isOpen());
   REQUIRE(job.b->isOpen());
+  const uint64_t acksA = job.a->acks(), acksB = job.b->acks();
   REQUIRE(job.a->send(heartbeat(job.round)));
   REQUIRE(job.b->send(heartbeat(job.round)));
+  CHECK(job.a->waitAcks(acksA + 1));
+  CHECK(job.b->waitAcks(acksB + 1));
   auto fromA = job.a->next(kQuiet);
   auto fromB = job.b->next(0ms);
   if (fromA) FAIL_CHECK("node-a of the running job was disturbed: " << fromA->ShortDebugString());

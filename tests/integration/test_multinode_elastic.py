@@ -95,8 +95,8 @@ class MultiNodeElasticTest(ml.MultiNodeTestCase):
         new_daemon = ml.Daemon(self, port)  # the same port: agents that reconnect reach a daemon without the job
         results = self.wait_all(jobs, ml.SAFETY_TIMEOUT_S)
         for res in results:
-            self.assertEqual(res.returncode, ml.EXIT_COULD_NOT_RUN,
-                             "an agent whose rendezvous died must exit 1\n" + self.describe_all(jobs))
+            self.assertEqual(res.returncode, ml.EXIT_INFRASTRUCTURE,
+                             "an agent whose rendezvous died must exit with the infrastructure code\n" + self.describe_all(jobs))
             self.assertIn("rendezvous", res.stderr.lower(), "no clear error\n" + res.describe())
             self.assert_no_crash_text(res.stderr, res)
         self.assert_no_leftovers(jobs)

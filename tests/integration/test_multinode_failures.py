@@ -153,7 +153,7 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
         # DESIGN: an agent stopped by a signal does not close the rendezvous for the others.
         self.check_survivors_continue(embedded=False, sig=signal.SIGTERM)
 
-    def test_kill9_of_hosting_agent_fails_the_others_with_exit_1(self):
+    def test_kill9_of_hosting_agent_fails_the_others_with_the_infrastructure_code(self):
         port = ml.free_port()
         prog = self.recorder()
         # heartbeat_timeout=2: the others try to join again for 2 x 2 s, then give up.
@@ -166,14 +166,14 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
         # Their workers hold for 60 s: agents that went on without the rendezvous miss the timeout.
         results = self.wait_all(jobs[1:], ml.SAFETY_TIMEOUT_S)
         for res in results:
-            self.assertEqual(res.returncode, ml.EXIT_COULD_NOT_RUN,
-                             "an agent that lost its rendezvous must exit 1\n" + self.describe_all(jobs))
+            self.assertEqual(res.returncode, ml.EXIT_INFRASTRUCTURE,
+                             "an agent that lost its rendezvous must exit with the infrastructure code\n" + self.describe_all(jobs))
             self.assertIn("rendezvous", res.stderr.lower(), "no clear error\n" + res.describe())
             self.assert_no_crash_text(res.stderr, res)
         self.assert_no_leftovers(jobs)
         self.assertEqual({r["round"] for r in self.records()}, {round1})
 
-    def test_kill9_agent_below_min_nodes_fails_after_join_timeout_with_exit_1(self):
+    def test_kill9_agent_below_min_nodes_fails_after_join_timeout_with_the_infrastructure_code(self):
         port = ml.free_port()
         ml.Daemon(self, port)
         jobs = self.start_three(3, port, conf="is_host=0,join_timeout=3")
@@ -186,8 +186,8 @@ class MultiNodeFailureTest(ml.MultiNodeTestCase):
         results = self.wait_all(jobs[:2], ml.SAFETY_TIMEOUT_S)
         took = time.monotonic() - killed_at
         for res in results:
-            self.assertEqual(res.returncode, ml.EXIT_COULD_NOT_RUN,
-                             "survivors below --nnodes=3 must fail with exit 1\n" + self.describe_all(jobs))
+            self.assertEqual(res.returncode, ml.EXIT_INFRASTRUCTURE,
+                             "survivors below --nnodes=3 must fail with the infrastructure code\n" + self.describe_all(jobs))
             self.assert_no_crash_text(res.stderr, res)
         self.assertGreater(took, 1.0, "survivors gave up at once instead of waiting for a replacement "
                            "(join_timeout=3)\n" + self.describe_all(jobs))

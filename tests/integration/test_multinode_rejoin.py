@@ -5,8 +5,8 @@ Agent a reaches the daemon through a TCP proxy that the test controls; agent b c
   its workers and joins again; both nodes run the next round together, without spending the
   restart budget, and the job ends with 0.
 - The proxy stops for good: a tries to join again for 2 x heartbeat_timeout, then fails with a
-  clear error; b, below --nnodes' minimum, fails after join_timeout; both exit 1 (could not run
-  the job). Nothing is left behind.
+  clear error; b, below --nnodes' minimum, fails after join_timeout; both exit with the
+  infrastructure-failure code (200). Nothing is left behind.
 - Static mode (node 0 hosts, node 1 behind the proxy): after a reset node 1 joins again with its
   --node_rank and the ranks stay where they were.
 
@@ -134,11 +134,11 @@ class RejoinTest(ml.MultiNodeTestCase):
         a, b = jobs
         # The workers hold for 60 s: agents that went on without the rendezvous miss the timeout.
         res_a = a.wait(ml.SAFETY_TIMEOUT_S)
-        self.assertEqual(res_a.returncode, ml.EXIT_COULD_NOT_RUN, res_a.describe())
+        self.assertEqual(res_a.returncode, ml.EXIT_INFRASTRUCTURE, res_a.describe())
         self.assertIn("could not join again within %ds" % (2 * HEARTBEAT_S), res_a.stderr, res_a.describe())
         self.assert_no_crash_text(res_a.stderr, res_a)
         res_b = b.wait(ml.SAFETY_TIMEOUT_S)
-        self.assertEqual(res_b.returncode, ml.EXIT_COULD_NOT_RUN, res_b.describe())
+        self.assertEqual(res_b.returncode, ml.EXIT_INFRASTRUCTURE, res_b.describe())
         self.assert_no_crash_text(res_b.stderr, res_b)
         self.assert_no_leftovers(jobs)
 

@@ -70,6 +70,9 @@ class TestHosts:
     def cut(self, tag):
         ip("-n", self.bridge_ns, "link", "set", self.bridge_if[tag], "down")
 
+    def heal(self, tag):
+        ip("-n", self.bridge_ns, "link", "set", self.bridge_if[tag], "up")
+
     def exec_prefix(self, tag):
         return ["ip", "netns", "exec", self.ns[tag]]
 
@@ -144,8 +147,8 @@ class NetnsTest(ml.MultiNodeTestCase):
 
         # The cut-off host cannot reach its rendezvous: it must stop its workers and fail by itself.
         res_c = agents["c"].wait(ml.SAFETY_TIMEOUT_S)
-        self.assertEqual(res_c.returncode, ml.EXIT_COULD_NOT_RUN,
-                         "the partitioned agent must fail with exit 1\n" + res_c.describe())
+        self.assertEqual(res_c.returncode, ml.EXIT_INFRASTRUCTURE,
+                         "the partitioned agent must fail with the infrastructure code\n" + res_c.describe())
         self.assertEqual(agents["c"].survivors(grace=3.0), [], "workers of the partitioned host kept running")
 
         self.release()

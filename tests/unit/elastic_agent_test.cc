@@ -544,7 +544,8 @@ TEST_CASE("a repeated SIGTERM sends the workers no second signal", "[agent]") {
   CHECK(h.statuses == std::vector<int>{143});
 }
 
-TEST_CASE("a job closed as failed without a worker failure stops the workers and finishes with 1", "[agent]") {
+TEST_CASE("a job closed as failed without a worker failure stops the workers and finishes with the infrastructure code",
+          "[agent]") {
   AgentHarness h(AgentSetup{.nproc = 2});
   h.start();
   h.agent->onJobClosed(ddprun::JobClosure{ddprun::JobOutcome::kFailed, "the rendezvous went away", {}, {}});
@@ -553,7 +554,7 @@ TEST_CASE("a job closed as failed without a worker failure stops the workers and
   h.supervisor.killProcess(1000, SIGTERM);
   h.supervisor.killProcess(1001, SIGTERM);
   h.pump();
-  CHECK(h.statuses == std::vector<int>{1});
+  CHECK(h.statuses == std::vector<int>{ddprun::kExitInfrastructure});
 }
 
 TEST_CASE("a rendezvous that refused this node's configuration finishes with its status (2)", "[agent]") {

@@ -15,7 +15,8 @@ TEST_CASE("interleaving: a node dying during the last call cancels it, and the n
   CHECK(join(s, "a", sec(1)).empty());
   CHECK(join(s, "b", sec(2)).empty());  // last call until 32s
   auto quiet = keepAlive(s, {"a"}, sec(3), sec(31));
-  CHECK(quiet.empty());                 // b dropped at 8s: nobody to tell while gathering
+  // b dropped at 8s: only b is told (it may join again); nobody else while gathering.
+  CHECK(render(quiet) == Lines{rejected("b", RejectCode::kEvicted, true)});
   CHECK_FALSE(s.hasNode("b"));
   CHECK(s.heartbeat("a", sec(32)).empty());
   CHECK(s.tick(sec(32)).empty());  // no round below min
@@ -161,7 +162,8 @@ TEST_CASE("exit barrier: a member that succeeded and left neither blocks nor int
   SECTION("it left") { CHECK(s.leave("a", "agent exited", sec(3)).empty()); }
   SECTION("it went silent") {
     CHECK(keepAlive(s, {"b", "c"}, sec(3), sec(7)).empty());
-    CHECK(s.tick(sec(7) + kUs).empty());  // a last seen at 2s
+    // a last seen at 2s: told it is out; its success stands, so the others are not interrupted.
+    CHECK(render(s.tick(sec(7) + kUs)) == Lines{rejected("a", RejectCode::kEvicted, true)});
   }
   CHECK_FALSE(s.hasNode("a"));
   CHECK(s.phase() == Phase::kRunning);
@@ -244,7 +246,7 @@ TEST_CASE("nextDeadline: the earliest heartbeat expiry or gathering deadline, no
 
   CHECK(s.tick(*s.nextDeadline() - kUs).empty());
   CHECK(s.hasNode("b"));
-  CHECK(s.tick(*s.nextDeadline()).empty());
+  CHECK(render(s.tick(*s.nextDeadline())) == Lines{rejected("b", RejectCode::kEvicted, true)});
   CHECK_FALSE(s.hasNode("b"));
   CHECK(s.nextDeadline() == sec(9) + kUs);  // a, last seen at 4s
 

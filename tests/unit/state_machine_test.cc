@@ -128,7 +128,7 @@ std::vector<Notice> killMiddleNode(RendezvousState& s) {
 TEST_CASE("dead node: missed heartbeats restart the survivors at once, keeping their ranks", "[rendezvous]") {
   RendezvousState s("job", rules(2, 3), sec(0));
   auto all = killMiddleNode(s);
-  REQUIRE(all.size() == 3 + 2 + 2);  // round 1, then the interruption and round 2
+  REQUIRE(all.size() == 3 + 1 + 2 + 2);  // round 1, b told it is out, the interruption, round 2
   Lines lines = render(all);
   Lines round1(lines.begin(), lines.begin() + 3);
   CHECK(round1 == Lines{
@@ -139,6 +139,7 @@ TEST_CASE("dead node: missed heartbeats restart the survivors at once, keeping t
   std::vector<Notice> death(all.begin() + 3, all.end());
   // Rank 0 stays 0; rank 2 takes the hole at 1 (it cannot keep 2 in a round of 2).
   CHECK(render(death) == Lines{
+                             rejected("b", RejectCode::kEvicted, true),
                              interrupted("a", 1),
                              interrupted("c", 1),
                              assigned("a", 2, 0, 2, 0, 3, 0, "a"),
@@ -186,7 +187,7 @@ TEST_CASE("dead node: heartbeats keep a node alive", "[rendezvous]") {
   CHECK(s.tick(sec(305)).empty());
   CHECK(s.hasNode("b"));
   auto out = s.tick(sec(305) + kUs);
-  CHECK(render(out) == Lines{interrupted("a", 1)});
+  CHECK(render(out) == Lines{rejected("b", RejectCode::kEvicted, true), interrupted("a", 1)});
   CHECK_FALSE(s.hasNode("b"));
 }
 
@@ -194,7 +195,7 @@ TEST_CASE("dead node: below min the survivors wait, and a new node closes the ro
   RendezvousState s("job", rules(2, 3), sec(0));
   startRound(s, {"a", "b"});  // round 1 after the last call at 31s
   auto out = keepAlive(s, {"a"}, sec(32), sec(40));
-  CHECK(render(out) == Lines{interrupted("a", 1)});
+  CHECK(render(out) == Lines{rejected("b", RejectCode::kEvicted, true), interrupted("a", 1)});
   CHECK_THAT(textFor(out, "a"), Contains("node b"));
   CHECK(s.phase() == Phase::kGathering);
   CHECK(s.round() == 1);
@@ -217,7 +218,7 @@ TEST_CASE("dead node: below min and nobody joins, the join timeout closes the jo
   RendezvousState s("job", r, sec(0));
   startRound(s, {"a", "b"});  // round 1 at 31s, both last seen then
   auto out = keepAlive(s, {"a"}, sec(32), sec(40));
-  CHECK(render(out) == Lines{interrupted("a", 1)});
+  CHECK(render(out) == Lines{rejected("b", RejectCode::kEvicted, true), interrupted("a", 1)});
   CHECK(s.phase() == Phase::kGathering);
   // b was removed by the tick at 37s, so the wait for min runs until 37s + 60s.
   CHECK(s.nextDeadline() == sec(45) + kUs);  // a's heartbeat expiry comes first
@@ -236,6 +237,8 @@ TEST_CASE("dead nodes: two nodes silent in the same tick give one new round, not
   CHECK(keepAlive(s, {"a", "b"}, sec(2), sec(6)).empty());
   auto out = s.tick(sec(6) + kUs);  // c and d were last seen at 1s
   CHECK(render(out) == Lines{
+                           rejected("c", RejectCode::kEvicted, true),
+                           rejected("d", RejectCode::kEvicted, true),
                            interrupted("a", 1),
                            interrupted("b", 1),
                            assigned("a", 2, 0, 2, 0, 2, 0, "a"),

@@ -77,6 +77,7 @@ inline const char* codeName(RejectCode code) {
     case RejectCode::kRulesMismatch: return "rules_mismatch";
     case RejectCode::kMalformed: return "malformed";
     case RejectCode::kNotJoined: return "not_joined";
+    case RejectCode::kEvicted: return "evicted";
   }
   return "?";
 }

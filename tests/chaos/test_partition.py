@@ -1,0 +1,142 @@
+"""Partitions between an agent and the rendezvous, with network namespaces as hosts (needs root).
+
+Three hosts a, b, c on a bridge (192.0.2.0/24, made and removed by the test: test_netns.TestHosts);
+a hosts the rendezvous; an elastic job (--nnodes=2:3, heartbeat_timeout HEARTBEAT_S) runs workers
+that record their lives (chaos_lib.LIFE_WORKER). c's link to the bridge goes down:
+  - mid-training, for good: a and b go on in a new round; c fences its workers before the new round
+    can start, and exits with the infrastructure-failure code once it cannot join again;
+  - mid-training, then healed: c fences, then joins again as a newcomer and runs in a later round;
+  - mid-round (while the round gathers): c never runs a worker in a round it was cut from.
+Checked every time: the invariants of chaos_lib.check_lives (never two rounds with workers alive
+at once, unique ranks per round), documented exit codes within the safety bound, nothing left.
+tc netem (delay, loss) is not tested: this kernel has no sch_netem (skipped with that reason).
+"""
+
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+import chaos_lib as cl
+from chaos_lib import ml
+from ddprun_testlib import main
+from test_netns import TestHosts
+
+HEARTBEAT_S = 2
+HOLD_S = 60
+
+
+class PartitionTest(ml.MultiNodeTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.hosts = TestHosts(["a", "b", "c"])
+        self.addCleanup(self.hosts.remove)  # registered first: runs after every agent was killed
+        try:
+            self.hosts.create()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            self.fail("cannot build the test hosts out of network namespaces (needs root with CAP_SYS_ADMIN and "
+                      "CAP_NET_ADMIN, and iproute2): %s" % e)
+
+    def start(self, last_call_s, tags="abc", nnodes="2:3"):
+        h = self.hosts
+        port = 29500
+        life = self.write_file("life.py", cl.LIFE_WORKER)
+        conf = "heartbeat_timeout=%d,last_call_timeout=%s" % (HEARTBEAT_S, last_call_s)
+        self.agents = {}
+        for t in tags:  # a first: it owns 192.0.2.1, so it hosts the endpoint
+            self.agents[t] = self.agent(
+                t, self.elastic_args(nnodes, port, nproc=2, conf=conf, host=h.addr["a"],
+                                     extra=["--log_level=info", "--max_restarts=3"]) +
+                [sys.executable, life, self.tmp, str(HOLD_S)], prefix=h.exec_prefix(t))
+            if t == "a":
+                time.sleep(0.3)  # a hosts: the others' first connection attempt finds it listening
+        return list(self.agents.values())
+
+    def wait_lives(self, predicate, jobs, what, timeout=ml.SAFETY_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        while not predicate(cl.read_lives(self.tmp)):
+            if time.monotonic() > deadline:
+                self.fail("timed out waiting for %s\n%s" % (what, self.describe_all(jobs)))
+            time.sleep(0.05)
+
+    def rounds_of(self, node, lives=None):
+        return {lv["round"] for lv in (lives if lives is not None else cl.read_lives(self.tmp)) if lv["node"] == node}
+
+    def finish(self, jobs, allowed):
+        self.release()
+        results = self.wait_all(jobs, ml.SAFETY_TIMEOUT_S)
+        for tag, res in zip(self.agents, results):
+            self.assertIn(res.returncode, allowed[tag], "undocumented exit of %s\n%s" % (tag, res.describe()))
+        self.assert_no_leftovers(jobs)
+        return results, cl.check_lives(self, self.tmp)
+
+    def test_cut_mid_training_for_good(self):
+        jobs = self.start(last_call_s=3)
+        self.wait_lives(lambda lives: all(self.rounds_of(t, lives) == {1} for t in "abc"), jobs, "round 1 on a, b, c")
+        self.hosts.cut("c")
+        self.wait_lives(lambda lives: {lv["node"] for lv in lives if lv["round"] > 1} >= {"a", "b"}, jobs[:2],
+                        "a new round on a and b")
+        res_c = self.agents["c"].wait(ml.SAFETY_TIMEOUT_S)
+        self.assertEqual(res_c.returncode, ml.EXIT_INFRASTRUCTURE, res_c.describe())
+        self.assertIn("fencing round 1", res_c.stderr, res_c.describe())
+        _, lives = self.finish(jobs, {"a": {0}, "b": {0}, "c": {ml.EXIT_INFRASTRUCTURE}})
+        self.assertEqual(self.rounds_of("c", lives), {1}, "the cut-off host ran a later round")
+
+    def test_cut_mid_training_then_healed(self):
+        jobs = self.start(last_call_s=3)
+        self.wait_lives(lambda lives: all(self.rounds_of(t, lives) == {1} for t in "abc"), jobs, "round 1 on a, b, c")
+        self.hosts.cut("c")
+        # c fences after 5/8 of the heartbeat timeout and tries to join again for 2 heartbeat
+        # timeouts; the link comes back well inside that window.
+        time.sleep(1.5 * HEARTBEAT_S)
+        self.hosts.heal("c")
+        self.wait_lives(lambda lives: any(r > 1 for r in self.rounds_of("c", lives)), jobs,
+                        "c joining again in a later round")
+        self.assertIn("fencing round 1", self.agents["c"].stderr(), self.describe_all(jobs))
+        self.finish(jobs, {"a": {0}, "b": {0}, "c": {0}})
+
+    def test_cut_while_the_round_gathers(self):
+        # Room for a fourth node: c's join does not fill the round, which waits for the last call.
+        jobs = self.start(last_call_s=6, tags="ab", nnodes="2:4")
+        time.sleep(1)
+        jobs += self.start_c_and_cut()
+        self.wait_lives(lambda lives: {lv["node"] for lv in lives} >= {"a", "b"}, jobs[:2], "a round on a and b")
+        res_c = self.agents["c"].wait(ml.SAFETY_TIMEOUT_S)
+        self.assertEqual(res_c.returncode, ml.EXIT_INFRASTRUCTURE, res_c.describe())
+        _, lives = self.finish(jobs, {"a": {0}, "b": {0}, "c": {ml.EXIT_INFRASTRUCTURE}})
+        self.assertEqual(self.rounds_of("c", lives), set(), "a host cut before the round formed ran workers")
+
+    def start_c_and_cut(self):
+        h = self.hosts
+        life = os.path.join(self.tmp, "life.py")
+        conf = "heartbeat_timeout=%d,last_call_timeout=6" % HEARTBEAT_S
+        self.agents["c"] = self.agent(
+            "c", self.elastic_args("2:4", 29500, nproc=2, conf=conf, host=h.addr["a"],
+                                   extra=["--log_level=info", "--max_restarts=3"]) +
+            [sys.executable, life, self.tmp, str(HOLD_S)], prefix=h.exec_prefix("c"))
+        # c has joined once the host logs it; the cut comes inside the last call. Whether the
+        # server drops c before the round closes or puts it in the round, c never hears of the
+        # round, so it never runs a worker of it.
+        deadline = time.monotonic() + 20
+        while self.agents["a"].stderr().count("joined") < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.hosts.cut("c")
+        return [self.agents["c"]]
+
+    def test_delay_and_loss(self):
+        # 100 ms each way and 5 % loss on c's link (tc netem, inside c's namespace).
+        tc = subprocess.run(self.hosts.exec_prefix("c") + ["tc", "qdisc", "add", "dev", self.hosts.host_if["c"],
+                                                           "root", "netem", "delay", "100ms", "loss", "5%"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=20)
+        if tc.returncode != 0:
+            raise unittest.SkipTest("tc netem (100 ms delay, 5 %% loss) cannot run here: %s (the kernel needs "
+                                    "sch_netem)" % (tc.stderr.strip() or "exit %d" % tc.returncode))
+        jobs = self.start(last_call_s=3)
+        self.wait_lives(lambda lives: all(self.rounds_of(t, lives) for t in "abc"), jobs, "a round on a, b, c")
+        time.sleep(2 * HEARTBEAT_S)  # slow and lossy, not dead: nothing is fenced
+        self.finish(jobs, {"a": {0}, "b": {0}, "c": {0}})
+
+if __name__ == "__main__":
+    main()
