@@ -36,6 +36,24 @@ struct AgentSetup {
   std::string role = "default";
 };
 
+// The harness's rendezvous: a LocalRendezvous that can claim a round was fenced, as the gRPC
+// rendezvous does when the server stopped answering (Rendezvous::fenced).
+class FenceableRendezvous final : public ddprun::Rendezvous {
+ public:
+  explicit FenceableRendezvous(ddprun::Rendezvous& inner) : inner_(inner) {}
+  void join(ddprun::RendezvousListener* listener) override { inner_.join(listener); }
+  void reportWorkerFailure(uint64_t round, const ddprun::WorkerFailure& failure) override {
+    inner_.reportWorkerFailure(round, failure);
+  }
+  void reportSucceeded(uint64_t round) override { inner_.reportSucceeded(round); }
+  void leave() override { inner_.leave(); }
+  bool fenced(uint64_t round) const override { return round <= fencedThrough; }
+  uint64_t fencedThrough = 0;
+
+ private:
+  ddprun::Rendezvous& inner_;
+};
+
 // An ElasticAgent over a fake supervisor and a LocalRendezvous, on an io_context the test drives.
 // stderr is captured (the failure summary and worker output land there).
 struct AgentHarness {
@@ -48,6 +66,7 @@ struct AgentHarness {
   FakeProcessSupervisor supervisor;
   int nextPort = 50000;
   LocalRendezvous rendezvous;
+  FenceableRendezvous fenceable{rendezvous};
   std::unique_ptr<ElasticAgent> agent;
   std::vector<int> statuses;
 
@@ -75,7 +94,7 @@ struct AgentHarness {
     o.role = setup.role;
     o.stdoutConsole = consoleOut;
     o.stderrConsole = consoleErr;
-    agent = std::make_unique<ElasticAgent>(io, rendezvous, supervisor, std::move(o));
+    agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
   }
 
   ~AgentHarness() { agent.reset(); }
@@ -607,4 +626,45 @@ TEST_CASE("the first closure of a job is the one that counts", "[agent]") {
   h.supervisor.killProcess(1000, SIGTERM);
   h.pump();
   CHECK(h.statuses == std::vector<int>{9});
+}
+
+TEST_CASE("fencing: the workers get a short grace, and deaths of a fenced round are not failures", "[agent][fencing]") {
+  // No restart budget: a death counted as a failure would end the job with 137.
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 0, .grace = 30s});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  h.fenceable.fencedThrough = 1;
+  h.agent->onFenced(1, "no answer from the rendezvous for 1250ms", 250ms);
+  h.pump();
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  // The watchdog (or the kill after 250 ms, not the 30 s shutdown grace) ends them.
+  h.supervisor.killProcess(1000, SIGKILL);
+  h.supervisor.killProcess(1001, SIGKILL);
+  h.pump();
+  CHECK(h.statuses.empty());  // the node waits to join the next round; nothing was spent
+  CHECK_THAT(h.errText(), !Catch::Matchers::Contains("train_prog FAILED") && !Catch::Matchers::Contains("Traceback"));
+}
+
+TEST_CASE("fencing: a worker killed while the round is fenced (the agent was frozen) is not a failure",
+          "[agent][fencing]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 0});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  SECTION("fenced: the others are killed too, and the job goes on") {
+    h.fenceable.fencedThrough = 1;
+    h.supervisor.killProcess(1000, SIGKILL);
+    h.pump();
+    CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGKILL});
+    h.supervisor.killProcess(1001, SIGKILL);
+    h.pump();
+    CHECK(h.statuses.empty());
+  }
+  SECTION("not fenced: the same death is the job's failure (the check above can fail)") {
+    h.supervisor.killProcess(1000, SIGKILL);
+    h.pump();
+    h.supervisor.killProcess(1001, SIGTERM);
+    h.pump();
+    CHECK(h.statuses == std::vector<int>{137});
+  }
 }
