@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The real-GPU checks, run on a machine with an NVIDIA GPU from the folder scripts/gpu_bundle.sh
+# made (it copies this script there):   bash .gpu/gpu_check.sh [OUTDIR]
+# 1. the NCCL unit tests ([nccl]) against the real CUDA runtime and NCCL, one process each;
+# 2. train --backend nccl under ddprun (one rank per GPU) and the same run on gloo: same digest;
+# 3. two local ranks on one GPU with --backend nccl: what happens (NCCL refuses duplicate devices);
+# 4. PyTorch 2.x (the machine's own) under ddprun: the torch DDP example on gloo, and an NCCL
+#    all_reduce on cuda through env://.
+# Prints one "gpu_check: <name>: PASS|FAIL|INFO ..." line per check and a closing count.
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${1:-${OUT:-/tmp/gpu_check}}"
+mkdir -p "$out"
+pass=0; fail=0
+result() {  # name status detail
+  echo "gpu_check: $1: $2 $3"
+  if [ "$2" = PASS ]; then pass=$((pass + 1)); elif [ "$2" = FAIL ]; then fail=$((fail + 1)); fi
+}
+
+nvidia-smi -L || true
+pyexe="$(command -v python3)"
+find_lib() {  # the directory holding $1: the Python wheels' copy first, then anywhere under /usr and /opt
+  local p
+  p="$("$pyexe" - "$1" <<'EOF' 2>/dev/null
+import glob, os, site, sys
+for d in site.getsitepackages():
+    for f in glob.glob(os.path.join(d, "nvidia", "**", sys.argv[1]), recursive=True):
+        print(os.path.dirname(f)); sys.exit(0)
+EOF
+)"
+  [ -n "$p" ] || p="$(dirname "$(find /usr /opt -name "$1" 2>/dev/null | head -1)" 2>/dev/null)"
+  echo "$p"
+}
+nccl_dir="$(find_lib libnccl.so.2)"
+cudart_dir="$(find_lib libcudart.so.13)"
+export LD_LIBRARY_PATH="$here/lib:$nccl_dir:$cudart_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "gpu_check: libnccl from $nccl_dir, libcudart from $cudart_dir"
+for b in "$here"/bin/*; do
+  if ldd "$b" | grep -q "not found"; then ldd "$b" | grep "not found" | sed "s|^|gpu_check: $(basename "$b") |"; fi
+done
+export PATH="$here/bin:$PATH" PYTHON_EXEC="$pyexe" NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+cd "$out"
+
+# 1. NCCL unit tests, one Catch2 case per process (a skipped case exits 77).
+"$here/bin/ddprun_unit_tests" --list-test-names-only "[nccl]" | grep -v '^$' > nccl_cases.txt
+while IFS= read -r name; do
+  # Catch2 reads a comma in a test spec as "or": escape it, and count a case that ran nothing as failed.
+  timeout 300 "$here/bin/ddprun_unit_tests" "${name//,/\\,}" > "case.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "No test cases matched" case.log && rc=99
+  safe="$(echo "$name" | tr -c 'A-Za-z0-9' '_' | cut -c1-60)"
+  cp case.log "unit_$safe.log"
+  case $rc in
+    0) result "unit [$name]" PASS "" ;;
+    77) result "unit [$name]" SKIP "$(grep -m1 -i skip case.log)" ;;
+    *) result "unit [$name]" FAIL "exit $rc: $(tail -5 case.log | tr '\n' ' ')" ;;
+  esac
+done < nccl_cases.txt
+
+# 2. train on one GPU: nccl and gloo give the same digest.
+digest() { grep -oE 'digest [0-9a-f]{16}' "$1" | grep -v start | head -1; }
+timeout 300 ddprun --standalone --nproc_per_node=1 train --epochs 5 --seed 3 --backend nccl > train_nccl.log 2>&1
+rc_n=$?
+timeout 300 ddprun --standalone --nproc_per_node=1 train --epochs 5 --seed 3 > train_gloo.log 2>&1
+rc_g=$?
+dn="$(digest train_nccl.log)"; dg="$(digest train_gloo.log)"
+if [ $rc_n -eq 0 ] && [ $rc_g -eq 0 ] && [ -n "$dn" ] && [ "$dn" = "$dg" ]; then
+  result "train nccl vs gloo, 1 rank" PASS "$dn"
+else
+  result "train nccl vs gloo, 1 rank" FAIL "exit nccl $rc_n gloo $rc_g; nccl '$dn' gloo '$dg'; $(tail -3 train_nccl.log | tr '\n' ' ')"
+fi
+
+# 3. two local ranks, one GPU.
+timeout 120 ddprun --standalone --nproc_per_node=2 train --epochs 2 --seed 3 --backend nccl > train_two_on_one.log 2>&1
+result "train nccl, 2 ranks on 1 GPU" INFO "exit $?: $(grep -v '^\s*$' train_two_on_one.log | tail -4 | tr '\n' ' ' | cut -c1-600)"
+
+# 4. PyTorch 2.x under ddprun.
+timeout 300 ddprun --standalone --nproc_per_node=2 "$here/examples/ddp_train.py" --out "$out/model.pt" --epochs 2 > torch_gloo.log 2>&1
+rc=$?
+if [ $rc -eq 0 ]; then result "torch $("$pyexe" -c 'import torch; print(torch.__version__)') ddp_train.py gloo x2" PASS ""; else
+  result "torch ddp_train.py gloo x2" FAIL "exit $rc: $(tail -5 torch_gloo.log | tr '\n' ' ')"; fi
+cat > nccl_allreduce.py <<'EOF'
+import os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+r, w = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+t = torch.full((1 << 20,), float(r + 1), device="cuda")
+dist.all_reduce(t)
+assert t[0].item() == w * (w + 1) / 2, t[0].item()
+print("nccl all_reduce ok rank", r, "world", w, "restart", os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.destroy_process_group()
+EOF
+timeout 300 ddprun --standalone --nproc_per_node=1 nccl_allreduce.py > torch_nccl.log 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "nccl all_reduce ok" torch_nccl.log; then result "torch nccl all_reduce x1" PASS ""; else
+  result "torch nccl all_reduce x1" FAIL "exit $rc: $(tail -5 torch_nccl.log | tr '\n' ' ')"; fi
+
+echo "gpu_check: $pass passed, $fail failed"
+[ $fail -eq 0 ]
