@@ -168,6 +168,10 @@ class ElasticAgent::Impl {
     spec.errorFile = envIn.errorFile;
     spec.request.executable = options_.executable;
     spec.request.args = options_.args;
+    if (!options_.localRankArg.empty()) {
+      auto at = spec.request.args.begin() + static_cast<std::ptrdiff_t>(std::min(options_.localRankArgAt, spec.request.args.size()));
+      spec.request.args.insert(at, options_.localRankArg + "=" + std::to_string(localRank));
+    }
     spec.request.env = buildWorkerEnv(envIn);
     if (hangDetector_) spec.request.env.set("DDPRUN_HEARTBEAT_SOCKET", hangDetector_->socketName());
 

@@ -25,6 +25,10 @@ struct AgentOptions {
   std::string programName;          // as the user typed it, for messages
   std::string executable;           // absolute path
   std::vector<std::string> args;    // argv[1..]
+  // torch.distributed.launch's argument: when set ("--local_rank" or "--local-rank"), each worker
+  // gets "<flag>=<local rank>" inserted into args at localRankArgAt (right after the script).
+  std::string localRankArg;
+  std::size_t localRankArgAt = 0;
   Environment inherited;            // the agent's environment, passed on to workers
   int nprocPerNode = 1;
   std::string role = "default";

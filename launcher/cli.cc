@@ -77,6 +77,8 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
                                 envOr("PYTHON_EXEC", "python3"), envOr("PATH", "/usr/bin:/bin"));
   cfg.executable = program.executable;
   cfg.execArgs = program.args;
+  cfg.localRankArg = parseLegacyLocalRank(text("legacy_local_rank"));
+  cfg.localRankArgAt = cfg.execArgs.size() - cfg.programArgs.size();  // after the script, before its args
   return cfg;
 }
 

@@ -99,6 +99,13 @@ void checkStartMethod(const std::string& value) {
   }
 }
 
+std::string parseLegacyLocalRank(const std::string& value) {
+  if (value.empty()) return "";
+  if (value == "underscore") return "--local_rank";
+  if (value == "dash") return "--local-rank";
+  throw ConfigError(quoted("--legacy_local_rank", value) + ": expected underscore or dash");
+}
+
 std::string parseRdzvBackend(const std::string& value) {
   if (value == "c10d") return "grpc";
   if (value != "static" && value != "grpc") {

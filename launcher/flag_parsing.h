@@ -62,6 +62,10 @@ std::vector<int> parseSignals(const std::string& value);
 // --start_method: accepted for torchrun compatibility; ddprun always execs.
 void checkStartMethod(const std::string& value);
 
+// --legacy_local_rank: "" (none), "underscore" (--local_rank, torch.distributed.launch before torch
+// 2.0) or "dash" (--local-rank, 2.0 and later). Returns the flag to pass, or "".
+std::string parseLegacyLocalRank(const std::string& value);
+
 // --rdzv_backend: "static" or "grpc" (torchrun's c10d is an alias of grpc).
 std::string parseRdzvBackend(const std::string& value);
 

@@ -43,6 +43,8 @@ constexpr FlagSpec kFlags[] = {
     {"no_python", "", "PET_NO_PYTHON", "", kSwitch, "Run PROGRAM directly, even if it ends in .py"},
     {"virtual_local_rank", "", "PET_VIRTUAL_LOCAL_RANK", "", kSwitch,
      "LOCAL_RANK=0 and one device per worker in CUDA_VISIBLE_DEVICES"},
+    {"legacy_local_rank", "", "PET_LEGACY_LOCAL_RANK", "", kOption,
+     "Pass --local_rank=N (underscore) or --local-rank=N (dash) after PROGRAM, as torch.distributed.launch"},
     {"log_dir", "", "PET_LOG_DIR", "", kOption, "Keep per-attempt, per-rank stdout/stderr/error files here"},
     {"redirects", "-r", "PET_REDIRECTS", "0", kOption, "Streams sent to files only: 0-3 or LOCAL_RANK:N,..."},
     {"tee", "-t", "PET_TEE", "0", kOption, "Streams sent to files and the console: 0-3 or LOCAL_RANK:N,..."},

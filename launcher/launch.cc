@@ -66,6 +66,8 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.programName = cfg.program;
   o.executable = cfg.executable;
   o.args = cfg.execArgs;
+  o.localRankArg = cfg.localRankArg;
+  o.localRankArgAt = cfg.localRankArgAt;
   o.inherited = Environment::fromCurrentProcess();
   o.nprocPerNode = cfg.nprocPerNode;
   o.role = cfg.role;
@@ -174,7 +176,10 @@ int printDryRun(const LaunchConfig& cfg) {
               << (isStatic ? "" : "; ranks below assume this node gets group rank 0 of the minimum") << "\n";
   }
   std::cout << "command: " << cfg.executable;
-  for (const auto& a : cfg.execArgs) std::cout << " " << a;
+  for (std::size_t i = 0; i <= cfg.execArgs.size(); ++i) {
+    if (!cfg.localRankArg.empty() && i == cfg.localRankArgAt) std::cout << " " << cfg.localRankArg << "=<local rank>";
+    if (i < cfg.execArgs.size()) std::cout << " " << cfg.execArgs[i];
+  }
   std::cout << "\n\nrank map (local_rank -> rank):\n";
   for (int i = 0; i < cfg.nprocPerNode; ++i) std::cout << "  " << i << " -> " << round.rankOffset + i << "\n";
   Environment inherited = Environment::fromCurrentProcess();

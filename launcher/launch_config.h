@@ -57,6 +57,10 @@ struct LaunchConfig {
   bool noPython = false;
   std::string executable;              // resolved absolute path of what is exec'd
   std::vector<std::string> execArgs;   // argv[1..] of what is exec'd
+  // --legacy_local_rank: "--local_rank" or "--local-rank" inserted as "<flag>=N" into execArgs at
+  // localRankArgAt (after the script or module, before its arguments); empty: none.
+  std::string localRankArg;
+  std::size_t localRankArgAt = 0;
 
   bool dryRun = false;
 };

@@ -37,6 +37,7 @@ struct CleanPetEnv {
   ScopedEnv redirects{"PET_REDIRECTS", std::nullopt};
   ScopedEnv tee{"PET_TEE", std::nullopt};
   ScopedEnv logLevel{"LOGLEVEL", std::nullopt};
+  ScopedEnv legacyLocalRank{"PET_LEGACY_LOCAL_RANK", std::nullopt};
 };
 
 // Parses `ddprun ARGS...`; stderr (error messages) is kept in `err`.
@@ -357,6 +358,27 @@ TEST_CASE("flag -m runs a module under the python on PATH", "[cli]") {
   CHECK(cfg.executable == bin.file("python3"));
   CHECK(cfg.execArgs == std::vector<std::string>{"-u", "-m", "pkg.train", "--epochs", "3"});
   expectUsageError({"-m", "--no_python", "pkg.train"}, "--no_python");
+}
+
+TEST_CASE("flag --legacy_local_rank puts --local_rank or --local-rank after the script, as torch.distributed.launch", "[cli]") {
+  CleanPetEnv clean;
+  ddprun::test::TempDir bin;
+  ddprun::test::writeFile(bin.file("python3"), "#!/bin/sh\n", 0755);
+  ScopedEnv path("PATH", bin.path());
+  ScopedEnv python("PYTHON_EXEC", std::nullopt);
+  auto none = parseRun({"-m", "pkg.train", "--epochs", "3"});
+  CHECK(none.localRankArg.empty());
+  auto module = parseRun({"--legacy_local_rank=underscore", "-m", "pkg.train", "--epochs", "3"});
+  CHECK(module.localRankArg == "--local_rank");
+  REQUIRE(module.localRankArgAt == 3);  // -u -m pkg.train | --epochs 3
+  auto direct = parseRun({"--legacy-local-rank", "dash", "--no_python", "/bin/true", "x"});
+  CHECK(direct.localRankArg == "--local-rank");
+  CHECK(direct.localRankArgAt == 0);  // /bin/true is the executable: its args begin at once
+  {
+    ScopedEnv pet("PET_LEGACY_LOCAL_RANK", "dash");
+    CHECK(parseRun({"/bin/true"}).localRankArg == "--local-rank");
+  }
+  expectUsageError({"--legacy_local_rank=yes", "/bin/true"}, "expected underscore or dash");
 }
 
 TEST_CASE("flags --help and --version exit 0 and print to stdout", "[cli]") {
