@@ -36,7 +36,7 @@ constexpr FlagSpec kFlags[] = {
      "Seconds between SIGTERM and SIGKILL when stopping workers"},
     {"hang_timeout", "", "PET_HANG_TIMEOUT", "0", kOption,
      "Seconds without an SDK heartbeat after which a rank counts as hung (0: off)"},
-    {"signals_to_handle", "", "PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", kOption,
+    {"signals_to_handle", "", "PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", kOption,
      "Signals forwarded to the workers"},
     {"role", "", "PET_ROLE", "default", kOption, "Role name of the workers (ROLE_NAME)"},
     {"module", "-m", "PET_MODULE", "", kSwitch, "PROGRAM is a Python module, run as python -u -m PROGRAM"},

@@ -114,7 +114,7 @@ TEST_CASE("flags that are not given keep the table's defaults", "[cli][flag_tabl
   }
   CHECK(t.values.text("nproc_per_node") == "1");
   CHECK(t.values.text("master_port") == "29500");
-  CHECK(t.values.text("signals_to_handle") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(t.values.text("signals_to_handle") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
 }
 
 TEST_CASE("alias: --run_id sets --rdzv_id, with a variable of its own", "[cli][flag_table]") {
