@@ -102,12 +102,20 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   registerFlags(app, flags);
   app.prefix_command();  // PROGRAM and everything after it belong to the program
 
-  if (auto problem = flagTakenAsValue(argc, argv)) {
+  ExpandedArgs expanded = expandAbbreviations(argc, argv);
+  if (expanded.error) {
+    std::cerr << "ddprun: error: " << printable(*expanded.error, 400) << " (see ddprun --help)\n";
+    return exitWith(2);
+  }
+  std::vector<const char*> words{argc > 0 ? argv[0] : "ddprun"};
+  for (const auto& word : expanded.args) words.push_back(word.c_str());
+  const int count = static_cast<int>(words.size());
+  if (auto problem = flagTakenAsValue(count, words.data())) {
     std::cerr << "ddprun: error: " << printable(*problem, 400) << "\n";
     return exitWith(2);
   }
   try {
-    app.parse(argc, argv);
+    app.parse(count, words.data());
   } catch (const CLI::CallForHelp& e) {
     return exitWith(app.exit(e));
   } catch (const CLI::CallForVersion& e) {

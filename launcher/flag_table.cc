@@ -56,6 +56,38 @@ constexpr FlagSpec kFlags[] = {
     {"dry_run", "", "", "", kSwitch, "Print the rank map and each worker's environment; start nothing"},
 };
 
+// '-' and '_' are one letter in flag names.
+bool sameLetter(char a, char b) { return (a == '-' ? '_' : a) == (b == '-' ? '_' : b); }
+
+bool sameName(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!sameLetter(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+const FlagSpec* optionNamed(std::string_view word) {
+  for (const FlagSpec& flag : kFlags) {
+    if (!flag.shortName.empty() && word == flag.shortName) return &flag;
+    if (word.starts_with("--") && sameName(word.substr(2), flag.name)) return &flag;
+  }
+  return nullptr;
+}
+
+// The words before the program: calls visit(index, flag or null) for each flag word and skips
+// the value of an option written as two words. Stops at the program or at "--".
+template <typename Visit>
+void scanFlags(int argc, const char* const* argv, Visit visit) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word == "--" || !word.starts_with("-") || word == "-") return;  // the program
+    const FlagSpec* flag = optionNamed(word.substr(0, word.find('=')));
+    if (!visit(i, flag)) return;
+    if (flag && flag->kind == FlagKind::kOption && word.find('=') == std::string_view::npos) ++i;  // its value
+  }
+}
+
 const FlagSpec& findFlag(std::string_view name) {
   auto it = std::find_if(std::begin(kFlags), std::end(kFlags), [&](const FlagSpec& f) { return f.name == name; });
   DDPRUN_CHECK(it != std::end(kFlags), "no flag named " + std::string(name));
@@ -102,6 +134,8 @@ void registerFlags(CLI::App& app, FlagValues& values) {
       option = app.add_option(flagSpellings(flag), values.texts_.at(std::string(target)), help);
     }
     if (!flag.envName.empty()) option->envname(std::string(flag.envName));
+    // As argparse: a repeated option takes its last value (CLI11 would refuse the second).
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 }
 
@@ -112,37 +146,56 @@ bool flagGiven(const CLI::App& app, std::string_view name) {
 }
 
 std::optional<std::string> flagTakenAsValue(int argc, const char* const* argv) {
-  auto optionNamed = [](std::string_view word) -> const FlagSpec* {
-    for (const FlagSpec& flag : flagTable()) {
-      if (!flag.shortName.empty() && word == flag.shortName) return &flag;
-      if (!word.starts_with("--")) continue;
-      std::string_view bare = word.substr(2);
-      if (bare.size() != flag.name.size()) continue;
-      bool same = true;  // '_' and '-' are the same letter here, as in the two spellings
-      for (std::size_t i = 0; i < bare.size() && same; ++i) {
-        char a = bare[i] == '-' ? '_' : bare[i];
-        char b = flag.name[i] == '-' ? '_' : flag.name[i];
-        same = a == b;
-      }
-      if (same) return &flag;
-    }
-    return nullptr;
-  };
-  for (int i = 1; i < argc; ++i) {
+  std::optional<std::string> problem;
+  scanFlags(argc, argv, [&](int i, const FlagSpec* flag) {
     std::string_view word = argv[i];
-    if (word == "--" || !word.starts_with("-") || word == "-") return std::nullopt;  // the program
-    const FlagSpec* flag = optionNamed(word);
-    if (!flag || flag->kind == FlagKind::kSwitch) continue;
-    if (i + 1 >= argc) return std::nullopt;  // CLI11 reports the missing value
+    if (!flag || flag->kind == FlagKind::kSwitch || word.find('=') != std::string_view::npos) return true;
+    if (i + 1 >= argc) return false;  // CLI11 reports the missing value
     std::string_view value = argv[i + 1];
     if (value.starts_with("--")) {
-      return std::string(word) + " needs a value, and '" + std::string(value.substr(0, 64)) +
-             "' is a flag (write " + std::string(word) + "=" + std::string(value.substr(0, 64)) +
-             " if it really is the value)";
+      problem = std::string(word) + " needs a value, and '" + std::string(value.substr(0, 64)) +
+                "' is a flag (write " + std::string(word) + "=" + std::string(value.substr(0, 64)) +
+                " if it really is the value)";
+      return false;
     }
-    ++i;  // the option's value
+    return true;
+  });
+  return problem;
+}
+
+ExpandedArgs expandAbbreviations(int argc, const char* const* argv) {
+  ExpandedArgs out;
+  if (argc > 1) out.args.assign(argv + 1, argv + argc);
+  // Expanding a word can turn the next word into an option's value, so scan again after each.
+  for (bool changed = true; changed && !out.error;) {
+    changed = false;
+    std::vector<const char*> words{argv[0]};
+    for (const auto& a : out.args) words.push_back(a.c_str());
+    scanFlags(static_cast<int>(words.size()), words.data(), [&](int i, const FlagSpec* flag) {
+      std::string_view word = words[i];
+      if (flag || !word.starts_with("--") || word.size() == 2) return true;
+      std::size_t eq = word.find('=');
+      std::string_view prefix = word.substr(2, eq == std::string_view::npos ? std::string_view::npos : eq - 2);
+      std::vector<const FlagSpec*> matches;
+      for (const FlagSpec& f : kFlags) {
+        if (!f.aliasOf.empty() || prefix.size() >= f.name.size()) continue;
+        if (sameName(prefix, f.name.substr(0, prefix.size()))) matches.push_back(&f);
+      }
+      if (matches.empty()) return true;  // unknown: the parser says so
+      if (matches.size() > 1) {
+        std::string names;
+        for (const FlagSpec* m : matches) names += (names.empty() ? "--" : ", --") + std::string(m->name);
+        out.error = "ambiguous option: " + std::string(word.substr(0, eq).substr(0, 64)) + " could match " + names;
+        return false;
+      }
+      std::string full = "--" + std::string(matches[0]->name);
+      if (eq != std::string_view::npos) full += std::string(word.substr(eq));
+      out.args[static_cast<std::size_t>(i - 1)] = full;
+      changed = true;
+      return false;
+    });
   }
-  return std::nullopt;
+  return out;
 }
 
 }  // namespace ddprun

@@ -213,7 +213,7 @@ TEST_CASE("without --standalone: run id none, MASTER_ADDR 127.0.0.1, port 29500"
   CHECK(cfg.maxRestarts == 0);
   CHECK(cfg.role == "default");
   CHECK(cfg.shutdownTimeoutSeconds == 30.0);
-  CHECK(cfg.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(cfg.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
 }
 
 TEST_CASE("flag --standalone: MASTER_ADDR localhost and a fresh uuid-like run id", "[cli]") {
@@ -379,6 +379,16 @@ TEST_CASE("flag --legacy_local_rank puts --local_rank or --local-rank after the 
     CHECK(parseRun({"/bin/true"}).localRankArg == "--local-rank");
   }
   expectUsageError({"--legacy_local_rank=yes", "/bin/true"}, "expected underscore or dash");
+}
+
+TEST_CASE("abbreviated flags work as in torchrun, an ambiguous one is a usage error, a repeated one takes the last value", "[cli]") {
+  CleanPetEnv clean;
+  auto cfg = parseRun({"--nproc-per", "3", "--max_re=2", "--role", "a", "--role", "b", "/bin/true", "--nproc-per"});
+  CHECK(cfg.nprocPerNode == 3);
+  CHECK(cfg.maxRestarts == 2);
+  CHECK(cfg.role == "b");
+  CHECK(cfg.programArgs == std::vector<std::string>{"--nproc-per"});  // the program's own
+  expectUsageError({"--rdzv", "x", "/bin/true"}, "ambiguous option: --rdzv");
 }
 
 TEST_CASE("flags --help and --version exit 0 and print to stdout", "[cli]") {
