@@ -49,6 +49,12 @@ struct AgentOptions {
   // on fds 1 and 2.
   std::shared_ptr<ConsoleWriter> stdoutConsole;
   std::shared_ptr<ConsoleWriter> stderrConsole;
+  // --event_log_handler=console: torchelastic status events (agent/event_log.h) as JSON lines on
+  // stderrConsole at the end of the run. rdzvBackend names the backend in them.
+  bool eventLogToConsole = false;
+  // --numa_binding: the CPUs of each local rank (index); empty: no binding.
+  std::vector<std::vector<int>> workerCpus;
+  std::string rdzvBackend = "static";
 };
 
 class ElasticAgent final : public RendezvousListener {

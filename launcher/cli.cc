@@ -7,9 +7,11 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/strings.h"
+#include "agent/filtered_log.h"
 #include "launcher/flag_parsing.h"
 #include "launcher/flag_table.h"
 #include "launcher/nproc.h"
+#include "launcher/numa_binding.h"
 #include "launcher/program.h"
 #include "launcher/rendezvous_setup.h"
 
@@ -19,6 +21,22 @@ namespace {
 std::string envOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return value && *value ? value : fallback;
+}
+
+// --numa_binding on this machine: the GPUs' NUMA nodes from the driver, the CPUs from sysfs.
+std::vector<std::vector<int>> bindToNuma(const std::string& mode, int nproc) {
+  SysfsTopology topology;
+  std::vector<int> nodes;
+  for (const auto& busId : cudaPciBusIds()) nodes.push_back(topology.pciNumaNode(busId));
+  std::vector<std::vector<int>> cpus;
+  try {
+    for (const auto& set : numaBindings(mode, nodes, nproc, topology, allowedCpus())) cpus.emplace_back(set.begin(), set.end());
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConfigError("--numa_binding=" + mode + ": cannot read the CPU topology: " + e.what());
+  }
+  return cpus;
 }
 
 // The LaunchConfig from the parsed flags. The order of the checks decides which error a command
@@ -55,6 +73,11 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
   cfg.log.prefixTemplate = text("log_line_prefix_template");
   validatePrefixTemplate(cfg.log.prefixTemplate);
   cfg.log.logDir = text("log_dir");
+  cfg.log.duplicateStdoutFilters = FilteredLog::parseList(text("duplicate_stdout_filters"));
+  cfg.log.duplicateStderrFilters = FilteredLog::parseList(text("duplicate_stderr_filters"));
+  checkLogsSpecs(text("logs_specs"));
+  cfg.eventLogHandler = parseEventLogHandler(text("event_log_handler"));
+  cfg.numaBinding = parseNumaBinding(text("numa_binding"));
   cfg.logLevel = text("log_level");
   setupLogging(cfg.logLevel);
 
@@ -73,8 +96,10 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
   cfg.dryRun = flags.isOn("dry_run");
   cfg.module = flags.isOn("module");
   cfg.noPython = flags.isOn("no_python");
+  if (!cfg.numaBinding.empty()) cfg.workerCpus = bindToNuma(cfg.numaBinding, cfg.nprocPerNode);
+  cfg.runPath = flags.isOn("run_path");
   auto program = resolveProgram(cfg.program, cfg.programArgs, cfg.module, cfg.noPython,
-                                envOr("PYTHON_EXEC", "python3"), envOr("PATH", "/usr/bin:/bin"));
+                                envOr("PYTHON_EXEC", "python3"), envOr("PATH", "/usr/bin:/bin"), cfg.runPath);
   cfg.executable = program.executable;
   cfg.execArgs = program.args;
   cfg.localRankArg = parseLegacyLocalRank(text("legacy_local_rank"));

@@ -67,6 +67,10 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.executable = cfg.executable;
   o.args = cfg.execArgs;
   o.localRankArg = cfg.localRankArg;
+  o.eventLogToConsole = cfg.eventLogHandler == "console";
+  o.workerCpus = cfg.workerCpus;
+  // torch's names: its standalone and elastic rendezvous are c10d, as ddprun's grpc is.
+  o.rdzvBackend = cfg.standalone || cfg.rdzvBackend == "grpc" ? "c10d" : cfg.rdzvBackend;
   o.localRankArgAt = cfg.localRankArgAt;
   o.inherited = Environment::fromCurrentProcess();
   o.nprocPerNode = cfg.nprocPerNode;
@@ -181,7 +185,14 @@ int printDryRun(const LaunchConfig& cfg) {
     if (i < cfg.execArgs.size()) std::cout << " " << cfg.execArgs[i];
   }
   std::cout << "\n\nrank map (local_rank -> rank):\n";
-  for (int i = 0; i < cfg.nprocPerNode; ++i) std::cout << "  " << i << " -> " << round.rankOffset + i << "\n";
+  for (int i = 0; i < cfg.nprocPerNode; ++i) {
+    std::cout << "  " << i << " -> " << round.rankOffset + i;
+    if (static_cast<std::size_t>(i) < cfg.workerCpus.size()) {
+      std::cout << "  cpus";
+      for (int c : cfg.workerCpus[static_cast<std::size_t>(i)]) std::cout << " " << c;
+    }
+    std::cout << "\n";
+  }
   Environment inherited = Environment::fromCurrentProcess();
   for (int i = 0; i < cfg.nprocPerNode; ++i) {
     WorkerEnvInputs in;
