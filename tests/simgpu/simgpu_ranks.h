@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -99,7 +100,7 @@ class DeviceArray {
 // Sets DDPRUN_SIMGPU_* fault variables for one test case, and clears them after it.
 class FaultEnv {
  public:
-  explicit FaultEnv(std::vector<std::pair<std::string, std::string>> vars) : vars_(std::move(vars)) {
+  FaultEnv(std::initializer_list<std::pair<std::string, std::string>> vars) : vars_(vars) {
     for (auto& [k, v] : vars_) setenv(k.c_str(), v.c_str(), 1);
     simgpu_reload_faults();
   }
