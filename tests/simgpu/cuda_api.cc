@@ -203,6 +203,22 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+// The stream's later work waits for the work the event captured when it was last recorded.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (cudaError_t rc = simgpu::noDevice()) return rc;
+  if (flags != 0 && flags != cudaEventWaitExternal) return simgpu::fail(cudaErrorInvalidValue);
+  auto s = Runtime::get().stream(stream);
+  if (!s) return simgpu::fail(cudaErrorInvalidResourceHandle);
+  simgpu::TaskPtr marker;
+  {
+    std::lock_guard<std::mutex> lock(simgpu::eventsMutex);
+    if (!simgpu::liveEvents.count(event)) return simgpu::fail(cudaErrorInvalidResourceHandle);
+    marker = reinterpret_cast<simgpu::Event*>(event)->marker;
+  }
+  if (marker) Runtime::get().enqueue(*s, [] {}, marker);
+  return cudaSuccess;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (cudaError_t rc = simgpu::noDevice()) return rc;
   Runtime::get().contextDevice();

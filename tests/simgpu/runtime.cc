@@ -241,7 +241,8 @@ bool Runtime::isPinned(const void* ptr, std::size_t bytes) const {
   auto it = pinned_.upper_bound(p);
   if (it == pinned_.begin()) return false;
   --it;
-  return p >= it->first && static_cast<std::size_t>(it->first + it->second - p) >= bytes;
+  const auto offset = static_cast<std::size_t>(p - it->first);  // p >= it->first here
+  return offset < it->second && bytes <= it->second - offset;
 }
 
 cudaStream_t Runtime::createStream(bool blocking) {
@@ -291,10 +292,11 @@ bool Runtime::destroyStream(cudaStream_t handle) {
   return true;
 }
 
-TaskPtr Runtime::enqueue(Stream& stream, std::function<void()> fn) {
+TaskPtr Runtime::enqueue(Stream& stream, std::function<void()> fn, TaskPtr after) {
   auto task = std::make_shared<Task>();
   task->run = std::move(fn);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (after && !after->done) task->deps.push_back(std::move(after));
   // The legacy default stream waits for all earlier work of the device's blocking streams; a
   // blocking stream waits for earlier work of the legacy default stream. Non-blocking: neither.
   auto pending = [](const TaskPtr& t) { return t && !t->done; };

@@ -72,8 +72,9 @@ class Runtime {
   cudaStream_t createStream(bool blocking);
   std::shared_ptr<Stream> stream(cudaStream_t handle);  // null when not a live stream
   bool destroyStream(cudaStream_t handle);
-  // Enqueues fn on the stream with CUDA's legacy-default-stream ordering; returns the task.
-  TaskPtr enqueue(Stream& stream, std::function<void()> fn);
+  // Enqueues fn on the stream with CUDA's legacy-default-stream ordering, after `after` too
+  // (cudaStreamWaitEvent); returns the task.
+  TaskPtr enqueue(Stream& stream, std::function<void()> fn, TaskPtr after = nullptr);
   // Blocks until the task ran.
   void waitTask(const TaskPtr& task);
   bool isDone(const TaskPtr& task);
