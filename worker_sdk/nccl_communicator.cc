@@ -95,6 +95,30 @@ int chooseDevice(const Env& env, const CommunicatorOptions& options, int deviceC
   return env.localRank;
 }
 
+#ifndef DDP_NCCL_MIN_MAJOR  // set by worker_sdk/CMakeLists.txt from cmake/NcclVersion.cmake
+#define DDP_NCCL_MIN_MAJOR 2
+#define DDP_NCCL_MIN_MINOR 14
+#endif
+
+// The NCCL library loaded at run time may be older than the header libddp was built with (the
+// machine's own libnccl): refuse one without the API this file relies on, with both versions,
+// before a missing symbol ends the process.
+void checkNcclVersion() {
+  int code = 0;
+  DDP_NCCL_CHECK(ncclGetVersion(&code), nullptr);
+  // NCCL_VERSION(): major * 1000 + minor * 100 + patch up to 2.8, major * 10000 + ... since 2.9.
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
+  const int patch = code % 100;
+  if (major < DDP_NCCL_MIN_MAJOR || (major == DDP_NCCL_MIN_MAJOR && minor < DDP_NCCL_MIN_MINOR)) {
+    throw ddprun::ConfigError("backend 'nccl': the NCCL library loaded is " + std::to_string(major) + "." +
+                              std::to_string(minor) + "." + std::to_string(patch) + ", libddp needs " +
+                              std::to_string(DDP_NCCL_MIN_MAJOR) + "." + std::to_string(DDP_NCCL_MIN_MINOR) +
+                              " or newer (built against " + std::to_string(NCCL_MAJOR) + "." +
+                              std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) + ")");
+  }
+}
+
 class NcclWork final : public WorkState {
  public:
   NcclWork(std::shared_ptr<NcclState> state, std::shared_ptr<PendingOp> op)
@@ -222,6 +246,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const Env& env, Store& store, const CommunicatorOptions& options)
       : rank_(env.rank), size_(env.worldSize), shutdownTimeout_(options.shutdownTimeout),
         state_(std::make_shared<NcclState>()) {
+    checkNcclVersion();
     state_->timeout = options.timeout;
     state_->rank = rank_;
     state_->size = size_;

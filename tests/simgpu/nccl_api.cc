@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -318,7 +319,9 @@ extern "C" {
 
 ncclResult_t ncclGetVersion(int* version) {
   if (!version) return ncclInvalidArgument;
-  *version = NCCL_VERSION_CODE;
+  // DDPRUN_SIMGPU_NCCL_VERSION: pretend to be another NCCL (a version code, e.g. 21304).
+  const char* pretend = std::getenv("DDPRUN_SIMGPU_NCCL_VERSION");
+  *version = pretend && *pretend ? std::atoi(pretend) : NCCL_VERSION_CODE;
   return ncclSuccess;
 }
 

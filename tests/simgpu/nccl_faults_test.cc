@@ -74,7 +74,7 @@ TEST_CASE("simgpu nccl: a collective that hangs on one rank is aborted within th
   CHECK_THAT(messages[1], Contains("rank 1") && Contains("timed out") && Contains("ms") && Contains("aborted"));
 }
 
-TEST_CASE("simgpu nccl: an asynchronous NCCL error aborts the communicator without a wait(); the pending Work "
+TEST_CASE("simgpu nccl: an asynchronous NCCL error aborts the communicator without a wait(), and the pending Work "
           "fails with NCCL's error",
           "[simgpu][nccl][fault]") {
   FaultEnv faults({{"DDPRUN_SIMGPU_ASYNC_ERROR", "2"}, {"DDPRUN_SIMGPU_FAULT_RANK", "0"}});
@@ -199,7 +199,7 @@ TEST_CASE("simgpu nccl: work on the legacy default stream is not held behind a p
 
 // A start that fails must leave nothing in flight: GradientReducer retries a failed start, and a
 // leaked collective would pair the retry with the peers' next collective.
-TEST_CASE("simgpu nccl: a failed event creation leaves no collective in flight; the retry pairs with the peer's",
+TEST_CASE("simgpu nccl: a failed event creation leaves no collective in flight, so the retry pairs with the peer's",
           "[simgpu][nccl][fault]") {
   std::atomic<bool> failedOnce{false};
   std::string firstError;
@@ -296,4 +296,11 @@ TEST_CASE("simgpu nccl: a failed cudaMalloc while making the communicator is a c
   FaultEnv faults({{"DDPRUN_SIMGPU_FAIL_MALLOC", "1"}});
   auto errors = runRanks(1, [&](ddp::Communicator&, int) {});
   CHECK_THAT(errors[0], Contains("cudaMalloc") && Contains("out of memory"));
+}
+
+TEST_CASE("simgpu nccl: an NCCL library older than 2.14 is refused with both versions before any NCCL call",
+          "[simgpu][nccl]") {
+  FaultEnv faults({{"DDPRUN_SIMGPU_NCCL_VERSION", "21304"}});
+  auto errors = runRanks(1, [&](ddp::Communicator&, int) {});
+  CHECK_THAT(errors[0], Contains("NCCL library loaded is 2.13.4") && Contains("needs 2.14 or newer"));
 }

@@ -49,7 +49,7 @@ TEST_CASE("simgpu: a thread that never called cudaSetDevice lands on device 0 an
   CHECK(simgpu_implicit_device0_calls() > 0);
 }
 
-TEST_CASE("simgpu: streams run after the call returns; events report cudaErrorNotReady until then", "[simgpu]") {
+TEST_CASE("simgpu: streams run after the call returns, and events report cudaErrorNotReady until then", "[simgpu]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
@@ -79,7 +79,7 @@ TEST_CASE("simgpu: streams run after the call returns; events report cudaErrorNo
   cudaStreamDestroy(stream);
 }
 
-TEST_CASE("simgpu: a blocking stream waits for the legacy default stream; a non-blocking one does not", "[simgpu]") {
+TEST_CASE("simgpu: a blocking stream waits for the legacy default stream, a non-blocking one does not", "[simgpu]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   cudaStream_t blocking = nullptr, nonBlocking = nullptr;
   REQUIRE(cudaStreamCreate(&blocking) == cudaSuccess);
