@@ -246,11 +246,11 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const Env& env, Store& store, const CommunicatorOptions& options)
       : rank_(env.rank), size_(env.worldSize), shutdownTimeout_(options.shutdownTimeout),
         state_(std::make_shared<NcclState>()) {
-    checkNcclVersion();
     state_->timeout = options.timeout;
     state_->rank = rank_;
     state_->size = size_;
     state_->device = chooseDevice(env, options, cudaDeviceCount());
+    checkNcclVersion();
     // The constructing thread works on the communicator's device from now on.
     DDP_CUDA_CHECK(cudaSetDevice(state_->device));
     // Non-blocking: the legacy default stream (a program's compute) never waits for a collective

@@ -273,13 +273,6 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) {
-  if (cudaError_t rc = simgpu::noDevice()) return rc;
-  Runtime& rt = Runtime::get();
-  rt.contextDevice();
-  return cudaStreamSynchronize(nullptr);  // the legacy stream waits for every blocking stream
-}
-
 // simgpu.h
 
 unsigned simgpu_touched_devices(void) { return Runtime::get().touchedMask(); }
