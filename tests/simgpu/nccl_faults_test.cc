@@ -85,7 +85,11 @@ TEST_CASE("simgpu nccl: an asynchronous NCCL error aborts the communicator witho
       [&](ddp::Communicator& comm, int rank) {
         comm.barrier();  // collective 1 succeeds
         DeviceArray<float> buf(std::vector<float>(4, 1.0f));
+        // Held behind a "kernel" on the default stream until the enqueue returned, so that the
+        // error comes after it (an error already there fails the enqueue itself).
+        const unsigned long compute = simgpu_block_stream(nullptr);
         ddp::Work work = comm.allReduceAsync(buf.get(), buf.get(), 4, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+        simgpu_release_stream_block(compute);
         if (rank != 0) {
           errorOf(work);  // rank 1 waits for its own end (a remote error or its timeout)
           return;
