@@ -155,3 +155,19 @@ TEST_CASE("simgpu nccl: a collective with a host pointer is refused by NCCL's ar
   });
   CHECK(errors[0] == "");
 }
+
+TEST_CASE("simgpu nccl: half and bfloat16 all-reduces: sum and max across 4 ranks, as libddp's conversions read them",
+          "[simgpu][nccl]") {
+  constexpr int kSize = 4;
+  auto errors = runRanks(kSize, [&](ddp::Communicator& comm, int rank) {
+    // Values exact in both types: the sum 0.5 + 1 + 1.5 + 2 = 5 and the max 2 are exact too.
+    const float mine = 0.5f * static_cast<float>(rank + 1);
+    DeviceArray<ddp::Half> half(std::vector<ddp::Half>(3, ddp::toHalf(mine)));
+    comm.allReduce(half.get(), half.get(), 3, ddp::DataType::kFloat16, ddp::ReduceOp::kSum);
+    for (ddp::Half h : half.read()) expect(ddp::toFloat(h) == 5.0f, "half sum");
+    DeviceArray<ddp::BFloat16> bf(std::vector<ddp::BFloat16>(3, ddp::toBFloat16(-mine)));
+    comm.allReduce(bf.get(), bf.get(), 3, ddp::DataType::kBFloat16, ddp::ReduceOp::kMax);
+    for (ddp::BFloat16 b : bf.read()) expect(ddp::toFloat(b) == -0.5f, "bfloat16 max");
+  });
+  for (int r = 0; r < kSize; ++r) CHECK(errors[static_cast<std::size_t>(r)] == "");
+}

@@ -308,3 +308,17 @@ TEST_CASE("simgpu nccl: an NCCL library older than 2.14 is refused with both ver
   auto errors = runRanks(1, [&](ddp::Communicator&, int) {});
   CHECK_THAT(errors[0], Contains("NCCL library loaded is 2.13.4") && Contains("needs 2.14 or newer"));
 }
+
+TEST_CASE("simgpu nccl: a slow rank delays collectives but fails none within the timeout", "[simgpu][nccl][fault]") {
+  FaultEnv faults({{"DDPRUN_SIMGPU_SLOW_MS", "200"}, {"DDPRUN_SIMGPU_FAULT_RANK", "1"}});
+  auto errors = runRanks(3, [&](ddp::Communicator& comm, int rank) {
+    DeviceArray<float> buf(std::vector<float>(4, 1.0f + rank));
+    for (int i = 0; i < 3; ++i) {
+      ddp::Work work = comm.allReduceAsync(buf.get(), buf.get(), 4, ddp::DataType::kFloat32, ddp::ReduceOp::kMax);
+      work.wait();
+    }
+    expect(buf.read()[0] == 3.0f, "max over the ranks");
+    comm.barrier();
+  });
+  for (int r = 0; r < 3; ++r) CHECK(errors[static_cast<std::size_t>(r)] == "");
+}
