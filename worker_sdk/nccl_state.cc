@@ -112,6 +112,11 @@ void NcclState::waitReady(NcclClock::time_point deadline, const std::string& wha
 bool NcclState::pollLocked(PendingOp& op) {
   if (op.done || op.failed) return true;
   if (aborted) {
+    // A clean destroy finalized first: what was issued completed and holds its result.
+    if (destroyed && cudaEventQuery(op.event) == cudaSuccess) {
+      op.done = true;
+      return true;
+    }
     op.failed = true;
     op.error = "nccl " + op.what + ": " + failure;
     return true;

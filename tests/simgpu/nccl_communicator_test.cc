@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <span>
+#include <thread>
 #include <algorithm>
 #include <functional>
 
@@ -170,4 +171,30 @@ TEST_CASE("simgpu nccl: half and bfloat16 all-reduces: sum and max across 4 rank
     for (ddp::BFloat16 b : bf.read()) expect(ddp::toFloat(b) == -0.5f, "bfloat16 max");
   });
   for (int r = 0; r < kSize; ++r) CHECK(errors[static_cast<std::size_t>(r)] == "");
+}
+
+TEST_CASE("simgpu nccl: work issued before a clean destroy completes and its Work succeeds afterwards",
+          "[simgpu][nccl]") {
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{std::chrono::seconds(60)});
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = ddp::makeCommunicator(ddp::Backend::kNccl, simgpu::test::rankEnv(r, 2), store,
+                                          simgpu::test::options());
+        DeviceArray<float> buf(std::vector<float>(4, 1.0f + r));
+        ddp::Work work = comm->allReduceAsync(buf.get(), buf.get(), 4, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+        comm.reset();  // finalizes: the all-reduce completes first
+        work.wait();
+        expect(work.isCompleted(), "completed");
+        expect(buf.read()[0] == 3.0f, "the result is there");
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
 }
