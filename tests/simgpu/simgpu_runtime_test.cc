@@ -111,3 +111,93 @@ TEST_CASE("simgpu: CUDA_VISIBLE_DEVICES-free process sees DDPRUN_SIMGPU_DEVICES 
   REQUIRE(ncclGetVersion(&version) == ncclSuccess);
   CHECK(version == NCCL_VERSION_CODE);
 }
+
+namespace {
+
+// Inits `size` communicators from one id on threads, rank r on devices[r]; returns each
+// ncclCommGetAsyncError once init ended (non-blocking init) and the communicators.
+std::vector<ncclResult_t> initRanks(const std::vector<int>& devices, std::vector<ncclComm_t>& comms) {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const int size = static_cast<int>(devices.size());
+  comms.assign(devices.size(), nullptr);
+  std::vector<ncclResult_t> states(devices.size(), ncclInProgress);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      cudaSetDevice(devices[static_cast<std::size_t>(r)]);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclResult_t rc = ncclCommInitRankConfig(&comms[static_cast<std::size_t>(r)], size, id, r, &config);
+      if (rc != ncclInProgress && rc != ncclSuccess) {
+        states[static_cast<std::size_t>(r)] = rc;
+        return;
+      }
+      ncclResult_t state = ncclInProgress;
+      while (state == ncclInProgress) {
+        ncclCommGetAsyncError(comms[static_cast<std::size_t>(r)], &state);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      states[static_cast<std::size_t>(r)] = state;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return states;
+}
+
+}  // namespace
+
+TEST_CASE("simgpu nccl api: non-blocking init completes; two ranks on one device are NCCL's duplicate GPU error",
+          "[simgpu]") {
+  std::vector<ncclComm_t> comms;
+  auto states = initRanks({0, 1}, comms);
+  CHECK(states == std::vector<ncclResult_t>{ncclSuccess, ncclSuccess});
+  for (ncclComm_t c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+  states = initRanks({2, 2}, comms);
+  CHECK(states == std::vector<ncclResult_t>{ncclInvalidUsage, ncclInvalidUsage});
+  CHECK_THAT(std::string(ncclGetLastError(comms[0])), Catch::Matchers::Contains("Duplicate GPU detected"));
+  for (ncclComm_t c : comms) CHECK(ncclCommAbort(c) == ncclSuccess);
+  CHECK(ncclCommDestroy(comms[0]) == ncclInvalidArgument);  // used after abort: refused, not undefined
+}
+
+TEST_CASE("simgpu nccl api: ranks issuing different collectives get ncclInvalidUsage; an abort releases a waiting peer",
+          "[simgpu]") {
+  std::vector<ncclComm_t> comms;
+  REQUIRE(initRanks({0, 1}, comms) == std::vector<ncclResult_t>{ncclSuccess, ncclSuccess});
+  std::vector<ncclResult_t> async(2, ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      cudaSetDevice(r);
+      void* buf = nullptr;
+      cudaMalloc(&buf, 64);
+      // Rank 0 sums 4 floats, rank 1 sums 8: a mismatch.
+      ncclAllReduce(buf, buf, r == 0 ? 4 : 8, ncclFloat32, ncclSum, comms[static_cast<std::size_t>(r)], nullptr);
+      ncclResult_t state = ncclSuccess;
+      for (int i = 0; i < 20000 && state == ncclSuccess; ++i) {
+        ncclCommGetAsyncError(comms[static_cast<std::size_t>(r)], &state);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      async[static_cast<std::size_t>(r)] = state;
+      ncclCommAbort(comms[static_cast<std::size_t>(r)]);
+      cudaFree(buf);  // returns: the abort ended the collective
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(async == std::vector<ncclResult_t>{ncclInvalidUsage, ncclInvalidUsage});
+
+  REQUIRE(initRanks({0, 1}, comms) == std::vector<ncclResult_t>{ncclSuccess, ncclSuccess});
+  cudaSetDevice(1);
+  void* buf = nullptr;
+  REQUIRE(cudaMalloc(&buf, 16) == cudaSuccess);
+  REQUIRE(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comms[1], nullptr) == ncclSuccess);  // rank 0 never joins
+  REQUIRE(ncclCommAbort(comms[0]) == ncclSuccess);
+  ncclResult_t state = ncclSuccess;
+  for (int i = 0; i < 20000 && state == ncclSuccess; ++i) {
+    ncclCommGetAsyncError(comms[1], &state);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(state == ncclRemoteError);
+  CHECK(ncclCommAbort(comms[1]) == ncclSuccess);
+  CHECK(cudaFree(buf) == cudaSuccess);
+}
