@@ -61,7 +61,12 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
   cfg.nodeRank = parseNodeRank(text("node_rank"), cfg.maxNodes);
   cfg.maxRestarts = parseIntFlag("--max_restarts", text("max_restarts"), kMaxRestartsRange);
   cfg.monitorIntervalSeconds = parseSecondsFlag("--monitor_interval", text("monitor_interval"), kMonitorIntervalRange);
-  cfg.shutdownTimeoutSeconds = parseSecondsFlag("--shutdown_timeout", text("shutdown_timeout"), kShutdownTimeoutRange);
+  // torchrun's variables for two settings it has no PET_ default for, used when the flag is not given.
+  const char* torchShutdown = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  const bool shutdownFromTorch = !flagGiven(app, "shutdown_timeout") && torchShutdown && *torchShutdown;
+  cfg.shutdownTimeoutSeconds = parseSecondsFlag(shutdownFromTorch ? "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" : "--shutdown_timeout",
+                                                shutdownFromTorch ? torchShutdown : text("shutdown_timeout"),
+                                                kShutdownTimeoutRange);
   cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", text("hang_timeout"), kHangTimeoutRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
   cfg.masterPortGiven = flagGiven(app, "master_port");
@@ -71,6 +76,10 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
   cfg.log.tee = StreamSpec::parse(text("tee"), "--tee");
   cfg.log.consoleRanks = LogOptions::parseRankFilter(text("local_ranks_filter"));
   cfg.log.prefixTemplate = text("log_line_prefix_template");
+  if (const char* torchTemplate = std::getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+      torchTemplate && !flagGiven(app, "log_line_prefix_template")) {
+    cfg.log.prefixTemplate = torchTemplate;
+  }
   validatePrefixTemplate(cfg.log.prefixTemplate);
   cfg.log.logDir = text("log_dir");
   cfg.log.duplicateStdoutFilters = FilteredLog::parseList(text("duplicate_stdout_filters"));
@@ -151,6 +160,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   }
 
   try {
+    if (const std::string& shell = flags.text("print_completion"); !shell.empty()) {
+      std::cout << completionScript(shell);
+      return exitWith(0);
+    }
     ParseResult result;
     result.config = buildConfig(app, flags);
     return result;

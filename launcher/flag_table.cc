@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ddprun {
 namespace {
@@ -66,6 +67,7 @@ constexpr FlagSpec kFlags[] = {
      "Bind each worker to CPUs near its GPU: node, socket, exclusive or core-complex"},
     {"log_level", "", "LOGLEVEL", "warning", kOption, "ddprun's own log level: debug, info, warning, error"},
     {"dry_run", "", "", "", kSwitch, "Print the rank map and each worker's environment; start nothing"},
+    {"print_completion", "", "", "", kOption, "Print a completion script for bash, zsh or tcsh and exit"},
 };
 
 // '-' and '_' are one letter in flag names.
@@ -149,6 +151,30 @@ void registerFlags(CLI::App& app, FlagValues& values) {
     // As argparse: a repeated option takes its last value (CLI11 would refuse the second).
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
+}
+
+std::string completionScript(const std::string& shell) {
+  std::string words;
+  for (const FlagSpec& flag : kFlags) {
+    std::string dashed(flag.name);
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    words += (words.empty() ? "" : " ") + std::string(flag.name) + (dashed != flag.name ? " " + dashed : "");
+  }
+  if (shell == "tcsh") return "complete ddprun 'c/--/(" + words + ")/' 'p/*/f/'\n";
+  std::string dashedWords;
+  for (const auto& w : split(words, ' ')) dashedWords += (dashedWords.empty() ? "--" : " --") + std::string(w);
+  std::string bash = "_ddprun() {\n"
+                     "  local cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
+                     "  if [[ \"$cur\" == -* ]]; then\n"
+                     "    COMPREPLY=( $(compgen -W \"" + dashedWords + "\" -- \"$cur\") )\n"
+                     "  else\n"
+                     "    COMPREPLY=( $(compgen -f -- \"$cur\") )\n"
+                     "  fi\n"
+                     "}\n"
+                     "complete -o filenames -F _ddprun ddprun\n";
+  if (shell == "bash") return bash;
+  if (shell == "zsh") return "autoload -U +X bashcompinit && bashcompinit\n" + bash;
+  throw ConfigError("--print_completion '" + shell.substr(0, 64) + "': expected bash, zsh or tcsh");
 }
 
 bool flagGiven(const CLI::App& app, std::string_view name) {

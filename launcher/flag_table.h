@@ -72,6 +72,10 @@ struct ExpandedArgs {
 };
 ExpandedArgs expandAbbreviations(int argc, const char* const* argv);
 
+// A shell completion script of every flag for "bash", "zsh" or "tcsh" (--print_completion);
+// throws ConfigError for another shell.
+std::string completionScript(const std::string& shell);
+
 // Whether the flag was on the command line or its variable is set, even to "" (after the parse).
 bool flagGiven(const CLI::App& app, std::string_view name);
 

@@ -125,6 +125,8 @@ int SysfsTopology::pciNumaNode(const std::string& busId) const {
 
 std::vector<std::set<int>> numaBindings(const std::string& mode, const std::vector<int>& deviceNodes, int nproc,
                                         const SysfsTopology& topology, const std::set<int>& allowed) {
+  std::vector<int> nodesOf = deviceNodes;  // peers are counted by the node actually used
+  for (int& n : nodesOf) n = std::max(n, 0);
   auto allowedOf = [&](int node) {
     std::set<int> cpus;
     for (int c : topology.nodeCpus(node)) {
@@ -138,8 +140,8 @@ std::vector<std::set<int>> numaBindings(const std::string& mode, const std::vect
       throw ConfigError("--numa_binding=" + mode + ": local rank " + std::to_string(rank) + " has no GPU (" +
                         std::to_string(deviceNodes.size()) + " visible); the binding follows GPU i for local rank i");
     }
-    const int node = deviceNodes[static_cast<std::size_t>(rank)];
-    if (node < 0) throw ConfigError("--numa_binding: the platform gives GPU " + std::to_string(rank) + " no NUMA node");
+    // -1: the platform does not say, as on machines (and VMs) with one NUMA node; node 0, as torch.
+    const int node = std::max(deviceNodes[static_cast<std::size_t>(rank)], 0);
     std::set<int> cpus;
     if (mode == "node") {
       cpus = allowedOf(node);
@@ -153,7 +155,7 @@ std::vector<std::set<int>> numaBindings(const std::string& mode, const std::vect
       }
     } else if (mode == "exclusive") {
       auto cores = groupBy<int>(allowedOf(node), [&](int c) { return *topology.threadSiblings(c).begin(); });
-      auto [index, peers] = placeAmongNodePeers(deviceNodes, rank);
+      auto [index, peers] = placeAmongNodePeers(nodesOf, rank);
       const std::size_t each = cores.size() / peers, extra = cores.size() % peers;
       if (each < 1) {
         throw ConfigError("--numa_binding=exclusive: NUMA node " + std::to_string(node) + " has " +
@@ -172,7 +174,7 @@ std::vector<std::set<int>> numaBindings(const std::string& mode, const std::vect
       std::stable_sort(ordered.begin(), ordered.end(),
                        [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
       if (!ordered.empty()) {
-        auto [index, peers] = placeAmongNodePeers(deviceNodes, rank);
+        auto [index, peers] = placeAmongNodePeers(nodesOf, rank);
         (void)peers;
         cpus = ordered[index % ordered.size()].second;
       }

@@ -36,7 +36,8 @@ class SysfsTopology {
 // "0-3,8,10-11" -> {0,1,2,3,8,10,11}; throws Error on anything else.
 std::set<int> parseCpuList(const std::string& text);
 
-// The CPUs of each local rank 0..nproc-1. deviceNodes[i] is GPU i's NUMA node; allowed is the
+// The CPUs of each local rank 0..nproc-1. deviceNodes[i] is GPU i's NUMA node (-1, "unknown", as
+// sysfs says on one-node machines and most VMs, counts as node 0, as in torch); allowed is the
 // set ddprun may use. Throws ConfigError when a rank has no GPU, or when the topology leaves a
 // rank no CPU (exclusive with fewer cores than GPUs).
 std::vector<std::set<int>> numaBindings(const std::string& mode, const std::vector<int>& deviceNodes, int nproc,

@@ -103,5 +103,15 @@ rc=$?
 if [ $rc -eq 0 ] && grep -q "nccl all_reduce ok" torch_nccl.log; then result "torch nccl all_reduce x1" PASS ""; else
   result "torch nccl all_reduce x1" FAIL "exit $rc: $(tail -5 torch_nccl.log | tr '\n' ' ')"; fi
 
+# 5. --numa_binding with the real driver's PCI addresses and this machine's sysfs: every mode gives
+#    local rank 0 a non-empty CPU set (--dry_run prints it), and a worker really runs on it.
+for mode in node socket exclusive core-complex; do
+  line="$(ddprun --numa_binding=$mode --nproc_per_node=1 --dry_run /bin/true 2>&1 | grep -E '^  0 -> 0  cpus [0-9]')"
+  if [ -n "$line" ]; then result "numa_binding=$mode" PASS "${line#  0 -> 0  }"; else
+    result "numa_binding=$mode" FAIL "$(ddprun --numa_binding=$mode --nproc_per_node=1 --dry_run /bin/true 2>&1 | head -3 | tr '\n' ' ')"; fi
+done
+ddprun --numa_binding=node --nproc_per_node=1 --no_python /bin/sh -c 'grep Cpus_allowed_list /proc/self/status' > numa_run.log 2>&1
+result "numa_binding=node, a worker's own affinity" INFO "$(tr '\n' ' ' < numa_run.log | cut -c1-200); machine: $(nproc) CPUs, nodes $(ls /sys/devices/system/node | grep -c node)"
+
 echo "gpu_check: $pass passed, $fail failed"
 [ $fail -eq 0 ]

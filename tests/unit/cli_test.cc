@@ -38,6 +38,10 @@ struct CleanPetEnv {
   ScopedEnv tee{"PET_TEE", std::nullopt};
   ScopedEnv logLevel{"LOGLEVEL", std::nullopt};
   ScopedEnv legacyLocalRank{"PET_LEGACY_LOCAL_RANK", std::nullopt};
+  ScopedEnv shutdown{"PET_SHUTDOWN_TIMEOUT", std::nullopt};
+  ScopedEnv torchShutdown{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", std::nullopt};
+  ScopedEnv prefix{"PET_LOG_LINE_PREFIX_TEMPLATE", std::nullopt};
+  ScopedEnv torchPrefix{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", std::nullopt};
 };
 
 // Parses `ddprun ARGS...`; stderr (error messages) is kept in `err`.
@@ -389,6 +393,38 @@ TEST_CASE("abbreviated flags work as in torchrun, an ambiguous one is a usage er
   CHECK(cfg.role == "b");
   CHECK(cfg.programArgs == std::vector<std::string>{"--nproc-per"});  // the program's own
   expectUsageError({"--rdzv", "x", "/bin/true"}, "ambiguous option: --rdzv");
+}
+
+TEST_CASE("torchrun's own variables: TORCH_ELASTIC_SHUTDOWN_TIMEOUT and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, below the flags", "[cli]") {
+  CleanPetEnv clean;
+  CHECK(parseRun({"/bin/true"}).shutdownTimeoutSeconds == 30);
+  {
+    ScopedEnv torch("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7");
+    CHECK(parseRun({"/bin/true"}).shutdownTimeoutSeconds == 7);
+    CHECK(parseRun({"--shutdown_timeout=3", "/bin/true"}).shutdownTimeoutSeconds == 3);
+    ScopedEnv pet("PET_SHUTDOWN_TIMEOUT", "5");
+    CHECK(parseRun({"/bin/true"}).shutdownTimeoutSeconds == 5);
+  }
+  {
+    ScopedEnv torch("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "1e300");
+    expectUsageError({"/bin/true"}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  }
+  ScopedEnv torchPrefix("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${hostname}:${rank}: ");
+  CHECK(parseRun({"/bin/true"}).log.prefixTemplate == "${hostname}:${rank}: ");
+  CHECK(parseRun({"--log_line_prefix_template=X", "/bin/true"}).log.prefixTemplate == "X");
+}
+
+TEST_CASE("flag --print_completion prints a script naming every flag and exits 0", "[cli]") {
+  CleanPetEnv clean;
+  for (const char* shell : {"bash", "zsh", "tcsh"}) {
+    INFO(shell);
+    Parsed p = parse({"--print-completion", shell});
+    CHECK(p.result.kind == Kind::kExit);
+    CHECK(p.result.exitStatus == 0);
+    CHECK_THAT(p.out, Catch::Contains("nproc_per_node") && Catch::Contains("nproc-per-node") &&
+                          Catch::Contains("legacy_local_rank") && Catch::Contains("ddprun"));
+  }
+  expectUsageError({"--print_completion=fish"}, "expected bash, zsh or tcsh");
 }
 
 TEST_CASE("flags --help and --version exit 0 and print to stdout", "[cli]") {

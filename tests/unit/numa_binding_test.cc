@@ -104,6 +104,8 @@ TEST_CASE("numa: only the CPUs ddprun may use, and clear refusals", "[numa]") {
   CHECK_THROWS_WITH(numaBindings("node", kGpuNodes, 5, t, kAll), Catch::Contains("local rank 4 has no GPU"));
   CHECK_THROWS_WITH(numaBindings("exclusive", {0, 0, 0}, 3, t, kAll),
                     Catch::Contains("2 physical core(s) for 3 GPUs"));
-  CHECK_THROWS_WITH(numaBindings("node", {-1}, 1, t, kAll), Catch::Contains("no NUMA node"));
+  // sysfs's -1 (one-node machines, VMs: the GPU machine this was first run on) is node 0, as in torch.
+  CHECK(numaBindings("node", {-1, 1}, 2, t, kAll) == std::vector<Set>{{0, 1, 4, 5}, {2, 3, 6, 7}});
+  CHECK(numaBindings("exclusive", {-1, 0}, 2, t, kAll) == std::vector<Set>{{0, 4}, {1, 5}});
   CHECK_THROWS_WITH(numaBindings("node", {0}, 1, t, Set{8}), Catch::Contains("no CPU this process may use"));
 }
