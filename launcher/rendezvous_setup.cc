@@ -42,9 +42,12 @@ void decideRendezvous(LaunchConfig& cfg, const RendezvousFlags& flags) {
     return;
   }
   if (cfg.rdzvBackend == "grpc") {
-    if (cfg.rdzvEndpoint.empty()) {
-      throw ConfigError("--rdzv_backend=" + cfg.rdzvBackend + " needs --rdzv_endpoint HOST[:PORT]");
+    if (cfg.rdzvEndpoint.empty() && cfg.maxNodes > 1) {
+      // torchrun would use localhost:29400 here too, and every node would wait for the others
+      // at its own address until the join timeout: refused at once instead.
+      throw ConfigError("--rdzv_backend=" + cfg.rdzvBackend + " with more than one node needs --rdzv_endpoint HOST[:PORT]");
     }
+    if (cfg.rdzvEndpoint.empty()) cfg.rdzvEndpoint = "localhost";  // one node: torchrun's default, localhost:29400
     std::tie(cfg.endpointHost, cfg.endpointPort) = parseEndpoint(cfg.rdzvEndpoint, kDefaultRendezvousPort);
     return;
   }

@@ -299,7 +299,12 @@ TEST_CASE("flag --rdzv_backend accepts static, and grpc with c10d as an alias", 
   CHECK(cfg.endpointPort == 29400);  // the default rendezvous port
   CHECK_FALSE(parseRun({"--rdzv_backend", "static", "/bin/true"}).multiNode);
   expectUsageError({"--rdzv_backend", "etcd-v3", "/bin/true"}, "--rdzv_backend");
-  expectUsageError({"--rdzv_backend", "c10d", "/bin/true"}, "--rdzv_endpoint");
+  // No endpoint: torchrun's localhost:29400 for one node, refused for several (each node would
+  // wait at its own localhost until the join timeout).
+  cfg = parseRun({"--rdzv_backend", "c10d", "/bin/true"});
+  CHECK(cfg.endpointHost == "localhost");
+  CHECK(cfg.endpointPort == 29400);
+  expectUsageError({"--rdzv_backend", "c10d", "--nnodes=1:2", "/bin/true"}, "--rdzv_endpoint");
 }
 
 TEST_CASE("static multi-node: node 0 hosts the rendezvous at MASTER_ADDR:MASTER_PORT", "[cli]") {

@@ -86,11 +86,19 @@ TEST_CASE("standalone: one node, a fresh run id, MASTER_ADDR localhost", "[cli][
   CHECK(named.masterAddr == "10.0.0.5");
 }
 
-TEST_CASE("grpc: needs an endpoint, port 29400 unless given", "[cli][rendezvous_setup]") {
+TEST_CASE("grpc: needs an endpoint for several nodes, port 29400 unless given", "[cli][rendezvous_setup]") {
   Flags f;
+  LaunchConfig one;
+  one.rdzvBackend = "grpc";
+  decideRendezvous(one, f.flags());  // one node: torchrun's localhost:29400
+  CHECK(one.endpointHost == "localhost");
+  CHECK(one.endpointPort == 29400);
+
   LaunchConfig cfg;
   cfg.rdzvBackend = "grpc";
-  CHECK_THROWS_WITH(decideRendezvous(cfg, f.flags()), "--rdzv_backend=grpc needs --rdzv_endpoint HOST[:PORT]");
+  cfg.maxNodes = 2;
+  CHECK_THROWS_WITH(decideRendezvous(cfg, f.flags()),
+                    "--rdzv_backend=grpc with more than one node needs --rdzv_endpoint HOST[:PORT]");
 
   cfg.rdzvEndpoint = "node0.example";
   decideRendezvous(cfg, f.flags());
