@@ -9,6 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
   python3-torch iproute2 procps iptables
+  etcd-server etcd-client  # a real 3-member etcd v3 cluster for the etcd backend's tests (scripts/etcd_cluster.py)
 )
 
 missing=()

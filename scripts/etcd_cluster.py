@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""A real etcd cluster on loopback for tests (DESIGN.md section 5): N members of Debian's
+etcd-server (3.4, v3 API), distinct free client and peer ports, data under a temp dir.
+
+As a library:
+    with EtcdCluster(size=3) as cluster:
+        cluster.endpoints            # ["127.0.0.1:P0", ...]
+        cluster.kill(cluster.leader())   # SIGKILL the leader; cluster.stop(i) / cont(i) for SIGSTOP
+As a process (for C++ tests): `etcd_cluster.py serve [--size 3] [--ttl SECONDS]` prints one line
+    READY pid=<own pid> endpoints=h:p,h:p,h:p pids=1,2,3 dir=/tmp/...
+and holds the cluster until SIGTERM/SIGINT, stdin's end, or --ttl (a safety bound) passes.
+
+Everything it starts is killed by PID and its temp dir removed on exit; members also get
+PR_SET_PDEATHSIG, so a fixture killed with SIGKILL leaves no member behind.
+"""
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ETCD = os.environ.get("DDPRUN_ETCD_BIN", "/usr/bin/etcd")
+START_BOUND_S = 30.0  # safety bound for a cluster to become healthy; it takes ~1-2 s here
+
+
+def etcd_available():
+    """None when etcd can run here, else the reason (a test reports it as skipped)."""
+    if not os.access(ETCD, os.X_OK):
+        return f"{ETCD} not found (apt-get install etcd-server; scripts/install_deps.sh)"
+    return None
+
+
+def _free_ports(count):
+    # Bound together so that no two are equal; another process may still take one before etcd
+    # binds it (the start then fails and says so), a race the tests accept.
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _pdeathsig(sig):
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+    def set_it():
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return set_it
+
+
+def _post_json(endpoint, path, body, timeout=1.0):
+    req = urllib.request.Request(f"http://{endpoint}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read().decode())
+
+
+class EtcdCluster:
+    def __init__(self, size=3, base_dir=None):
+        self.size = size
+        self.dir = tempfile.mkdtemp(prefix="ddprun-etcd-", dir=base_dir)
+        ports = _free_ports(2 * size)
+        self.client_ports = ports[:size]
+        self.peer_ports = ports[size:]
+        self.endpoints = [f"127.0.0.1:{p}" for p in self.client_ports]
+        self.procs = [None] * size
+        self.stopped = set()
+        self._member_ids = [None] * size
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self):
+        try:
+            initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(self.peer_ports))
+            token = "ddprun-test-" + os.path.basename(self.dir)
+            for i in range(self.size):
+                self._start_member(i, initial, token)
+            self.wait_healthy()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start_member(self, i, initial, token):
+        c, p = self.client_ports[i], self.peer_ports[i]
+        log = open(os.path.join(self.dir, f"m{i}.log"), "wb")
+        cmd = [ETCD, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}.data"),
+               "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
+               "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
+               "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", token,
+               # Fast elections on loopback (defaults: 100 ms heartbeat, 1 s election).
+               "--heartbeat-interval", "50", "--election-timeout", "500"]
+        self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_pdeathsig(signal.SIGKILL))
+        log.close()
+
+    def wait_healthy(self, members=None, bound_s=START_BOUND_S):
+        """Waits until every live member (or those named) answers /health with true."""
+        members = self.alive() if members is None else members
+        deadline = time.monotonic() + bound_s
+        pending = set(members)
+        while pending:
+            for i in list(pending):
+                if self.procs[i].poll() is not None:
+                    raise RuntimeError(f"etcd member m{i} exited with {self.procs[i].returncode}: {self.log_tail(i)}")
+                try:
+                    with urllib.request.urlopen(f"http://{self.endpoints[i]}/health", timeout=1.0) as r:
+                        if json.loads(r.read().decode()).get("health") == "true":
+                            pending.discard(i)
+                except OSError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"etcd members {sorted(pending)} not healthy within {bound_s}s (safety bound)")
+            if pending:
+                time.sleep(0.05)
+
+    def close(self):
+        for i, p in enumerate(self.procs):
+            if p is None:
+                continue
+            if p.poll() is None:
+                p.kill()  # SIGKILL works on a stopped process too
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.procs[i] = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- faults ------------------------------------------------------------------------------
+    def alive(self):
+        return [i for i, p in enumerate(self.procs) if p is not None and p.poll() is None and i not in self.stopped]
+
+    def kill(self, i):
+        self.procs[i].kill()
+        self.procs[i].wait(timeout=10)
+        self.stopped.discard(i)
+
+    def stop(self, i):
+        os.kill(self.procs[i].pid, signal.SIGSTOP)
+        self.stopped.add(i)
+
+    def cont(self, i):
+        os.kill(self.procs[i].pid, signal.SIGCONT)
+        self.stopped.discard(i)
+
+    def status(self, i):
+        """The v3 Maintenance/Status of member i (JSON gateway): member_id and leader, as ints."""
+        s = _post_json(self.endpoints[i], "/v3/maintenance/status", {})
+        return int(s["header"]["member_id"]), int(s.get("leader", 0))
+
+    def leader(self, bound_s=START_BOUND_S):
+        """Index of the member that leads now, as the live members agree; waits for an election."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            ids, leaders = {}, set()
+            for i in self.alive():
+                try:
+                    mid, lead = self.status(i)
+                    ids[mid] = i
+                    leaders.add(lead)
+                except OSError:
+                    pass
+            if len(leaders) == 1:
+                lead = leaders.pop()
+                if lead in ids:
+                    return ids[lead]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no agreed etcd leader within {bound_s}s (safety bound)")
+            time.sleep(0.05)
+
+    def log_tail(self, i, n=2000):
+        try:
+            with open(os.path.join(self.dir, f"m{i}.log"), "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def _serve(args):
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    # The C++ test that started us ends: so do we (and with us every member).
+    _pdeathsig(signal.SIGTERM)()
+    with EtcdCluster(size=args.size) as cluster:
+        pids = ",".join(str(p.pid) for p in cluster.procs)
+        print(f"READY pid={os.getpid()} endpoints={','.join(cluster.endpoints)} pids={pids} dir={cluster.dir}",
+              flush=True)
+
+        def watch_stdin():
+            try:
+                sys.stdin.buffer.read()
+            except OSError:
+                pass
+            if args.stdin_eof:
+                done.set()
+
+        threading.Thread(target=watch_stdin, daemon=True).start()
+        done.wait(args.ttl)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="start a cluster, print READY, hold it")
+    s.add_argument("--size", type=int, default=3)
+    s.add_argument("--ttl", type=float, default=300.0, help="safety bound: stop after this many seconds")
+    s.add_argument("--stdin_eof", action="store_true", help="stop when stdin ends")
+    args = ap.parse_args()
+    reason = etcd_available()
+    if reason:
+        print(f"SKIP {reason}", flush=True)
+        return 77
+    return _serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
