@@ -1,0 +1,104 @@
+#include "store/etcd/etcd_watch.h"
+
+#include <grpcpp/client_context.h>
+
+#include <random>
+
+#include "common/error.h"
+#include "store/etcd/etcd_client.h"
+
+namespace ddprun {
+
+EtcdWatch::EtcdWatch(EtcdClient& client, std::string key, std::string rangeEnd, int64_t afterRevision)
+    : client_(client), key_(std::move(key)), rangeEnd_(std::move(rangeEnd)), nextRevision_(afterRevision + 1) {
+  reader_ = std::thread([this] { run(); });
+}
+
+EtcdWatch::~EtcdWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    if (context_) context_->TryCancel();
+  }
+  cv_.notify_all();
+  reader_.join();
+}
+
+std::vector<mvccpb::Event> EtcdWatch::next(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_until(lock, deadline, [&] { return !events_.empty() || error_; });
+  if (events_.empty() && error_) std::rethrow_exception(error_);
+  std::vector<mvccpb::Event> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+void EtcdWatch::run() {
+  using Clock = std::chrono::steady_clock;
+  std::mt19937_64 rng{std::random_device{}()};
+  auto failingSince = Clock::now();
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    std::size_t endpoint = client_.currentEndpoint();
+    if (streamOnce(endpoint)) {
+      failingSince = Clock::now();
+      backoff = std::chrono::milliseconds(10);
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_ || error_) return;
+    client_.markFailed(endpoint);
+    if (Clock::now() - failingSince > client_.options().retryTimeout) {
+      error_ = std::make_exception_ptr(ConnectionError("etcd watch on '" + key_ + "': no member carried it for " +
+                                                       std::to_string(client_.options().retryTimeout.count()) + " ms"));
+      cv_.notify_all();
+      return;
+    }
+    auto sleep = std::chrono::milliseconds(std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng));
+    cv_.wait_for(lock, sleep, [&] { return stopping_; });
+    if (stopping_) return;
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+bool EtcdWatch::streamOnce(std::size_t endpoint) {
+  grpc::ClientContext context;
+  client_.prepare(context);
+  etcdserverpb::WatchRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    context_ = &context;
+    auto* create = req.mutable_create_request();
+    create->set_key(key_);
+    create->set_range_end(rangeEnd_);
+    create->set_start_revision(nextRevision_);
+  }
+  auto stream = client_.watchStub(endpoint).Watch(&context);
+  bool created = false;
+  if (stream->Write(req)) {
+    etcdserverpb::WatchResponse resp;
+    while (stream->Read(&resp)) {
+      if (resp.created()) created = true;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (resp.compact_revision() > 0) {
+        error_ = std::make_exception_ptr(StateError("etcd watch on '" + key_ + "': revision " +
+                                                    std::to_string(nextRevision_) + " was compacted"));
+        cv_.notify_all();
+        break;
+      }
+      if (resp.canceled()) break;  // e.g. the member lost its leader: go on elsewhere
+      for (auto& ev : *resp.mutable_events()) {
+        nextRevision_ = ev.kv().mod_revision() + 1;
+        events_.push_back(std::move(ev));
+      }
+      if (resp.events_size() > 0) cv_.notify_all();
+    }
+  }
+  context.TryCancel();
+  stream->Finish();
+  std::lock_guard<std::mutex> lock(mutex_);
+  context_ = nullptr;
+  return created;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,59 @@
+// One etcd watch (a Watch stream) over a key range, that survives the loss of the member it is on:
+// a reader thread reconnects to the next member and resumes from the revision after the last event
+// it delivered, so no event is lost or repeated across a failover (docs/etcd.md).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "etcd/kv.pb.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace ddprun {
+
+class EtcdClient;
+
+class EtcdWatch {
+ public:
+  // Watches [key, rangeEnd) (rangeEnd empty: the key alone) for every change after revision
+  // `afterRevision` (the revision a read answered at, so that nothing between the read and the
+  // watch is missed). The client must outlive the watch.
+  EtcdWatch(EtcdClient& client, std::string key, std::string rangeEnd, int64_t afterRevision);
+  ~EtcdWatch();
+  EtcdWatch(const EtcdWatch&) = delete;
+  EtcdWatch& operator=(const EtcdWatch&) = delete;
+
+  // The events that arrived, waiting for at least one until deadline (empty at the deadline).
+  // ConnectionError when no member could carry the watch for the client's retryTimeout;
+  // StateError when the revision was compacted away.
+  std::vector<mvccpb::Event> next(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  void run();
+  bool streamOnce(std::size_t endpoint);  // true when the watch was created before it ended
+
+  EtcdClient& client_;
+  const std::string key_;
+  const std::string rangeEnd_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<mvccpb::Event> events_;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  int64_t nextRevision_;                  // where a reconnected stream resumes
+  grpc::ClientContext* context_ = nullptr;  // the running stream's, for cancelling it
+  std::thread reader_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,137 @@
+// EtcdClient and EtcdWatch against a real 3-member etcd 3.4 cluster (etcd_test_cluster.h).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "etcd_test_cluster.h"
+#include "safety_bound.h"
+#include "store/etcd/etcd_client.h"
+#include "store/etcd/etcd_watch.h"
+#include "test_skip.h"
+
+using namespace ddprun;
+using ddprun::test::EtcdTestCluster;
+using ddprun::test::kSafetyBound;
+
+namespace {
+
+EtcdClientOptions optionsFor(const EtcdTestCluster& cluster, int first = -1) {
+  EtcdClientOptions o;
+  o.endpoints = cluster.endpoints();
+  o.firstEndpoint = first;
+  o.callTimeout = std::chrono::seconds(1);  // a frozen member costs one such attempt
+  o.retryTimeout = kSafetyBound;
+  return o;
+}
+
+// The events of `watch` until `match` accepts one; fails at the safety bound.
+template <class Match>
+mvccpb::Event awaitEvent(EtcdWatch& watch, Match match) {
+  const auto deadline = std::chrono::steady_clock::now() + kSafetyBound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (auto& ev : watch.next(deadline)) {
+      if (match(ev)) return ev;
+    }
+  }
+  FAIL("no matching watch event within the safety bound");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("etcd client: put, get, and a transaction that compares the mod revision", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  EtcdClient client(optionsFor(cluster));
+  int64_t rev = client.put("/t/k", "v1");
+  auto kv = client.get("/t/k");
+  REQUIRE(kv);
+  CHECK(kv->value == "v1");
+  CHECK(kv->modRevision == rev);
+  CHECK_FALSE(client.get("/t/missing"));
+
+  auto cas = [&](int64_t expectRev, const std::string& value) {
+    etcdserverpb::TxnRequest t;
+    auto* cmp = t.add_compare();
+    cmp->set_key("/t/k");
+    cmp->set_target(etcdserverpb::Compare::MOD);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_mod_revision(expectRev);
+    auto* put = t.add_success()->mutable_request_put();
+    put->set_key("/t/k");
+    put->set_value(value);
+    return client.txn(t).succeeded();
+  };
+  CHECK(cas(rev, "v2"));
+  CHECK_FALSE(cas(rev, "v3"));  // the revision moved on: the second writer loses
+  CHECK(client.get("/t/k")->value == "v2");
+
+  client.put("/t/p/a", "1");
+  client.put("/t/p/b", "2");
+  CHECK(client.countPrefix("/t/p/") == 2);
+  CHECK(client.getPrefix("/t/p/").size() == 2);
+  CHECK(client.deletePrefix("/t/") == 3);
+  CHECK(client.countPrefix("/t/") == 0);
+}
+
+TEST_CASE("etcd client: a watch sees a put made by another client", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  EtcdClient watcher(optionsFor(cluster, 0));
+  EtcdClient writer(optionsFor(cluster, 1));
+  int64_t rev = 0;
+  CHECK_FALSE(watcher.get("/w/key", &rev));
+  EtcdWatch watch(watcher, "/w/", etcdPrefixEnd("/w/"), rev);
+  writer.put("/w/key", "hello");
+  auto ev = awaitEvent(watch, [](const mvccpb::Event& e) { return e.kv().key() == "/w/key"; });
+  CHECK(ev.type() == mvccpb::Event::PUT);
+  CHECK(ev.kv().value() == "hello");
+}
+
+TEST_CASE("etcd client: an expired lease removes its keys (seen by a watch)", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  EtcdClient client(optionsFor(cluster));
+  int64_t lease = client.grantLease(std::chrono::seconds(1));
+  int64_t rev = client.put("/l/node", "alive", lease);
+  CHECK(client.keepAliveOnce(lease) > 0);
+  EtcdWatch watch(client, "/l/node", "", rev);
+  // Nobody renews the lease: etcd deletes the key when it expires.
+  auto ev = awaitEvent(watch, [](const mvccpb::Event& e) { return e.type() == mvccpb::Event::DELETE; });
+  CHECK(ev.kv().key() == "/l/node");
+  CHECK_FALSE(client.get("/l/node"));
+  CHECK(client.keepAliveOnce(lease) == 0);  // the lease is gone
+  client.revokeLease(lease);                // revoking a gone lease is not an error
+}
+
+TEST_CASE("etcd client: calls go on after the leader is killed (failover to another member)", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  std::size_t leader = cluster.leader();
+  EtcdClient client(optionsFor(cluster, static_cast<int>(leader)));  // starts on the leader
+  client.put("/f/before", "1");
+  EtcdClient watcher(optionsFor(cluster, static_cast<int>(leader)));
+  int64_t rev = 0;
+  watcher.get("/f/after", &rev);
+  EtcdWatch watch(watcher, "/f/after", "", rev);
+  cluster.kill(leader);
+  client.put("/f/after", "2");
+  CHECK(client.get("/f/before")->value == "1");
+  CHECK(client.currentEndpoint() != leader);
+  // The watch was on the killed member too: it resumed elsewhere and saw the put.
+  auto ev = awaitEvent(watch, [](const mvccpb::Event& e) { return e.type() == mvccpb::Event::PUT; });
+  CHECK(ev.kv().value() == "2");
+}
+
+TEST_CASE("etcd client: calls go on while the leader is frozen (SIGSTOP)", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  std::size_t leader = cluster.leader();
+  EtcdClient client(optionsFor(cluster, static_cast<int>(leader)));
+  client.put("/s/before", "1");
+  cluster.stop(leader);  // accepts connections, answers nothing: only the call deadline tells
+  client.put("/s/after", "2");
+  CHECK(client.get("/s/after")->value == "2");
+  CHECK(client.currentEndpoint() != leader);
+  cluster.cont(leader);
+}

@@ -1,0 +1,107 @@
+#include "etcd_test_cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "common/strings.h"
+#include "store/etcd/etcd_client.h"
+
+namespace ddprun::test {
+
+namespace {
+constexpr const char* kScript = DDPRUN_SOURCE_DIR "/scripts/etcd_cluster.py";
+constexpr auto kElectionBound = std::chrono::seconds(30);  // safety bound, elections take < 1 s here
+}  // namespace
+
+std::string EtcdTestCluster::unavailableReason() {
+  if (access("/usr/bin/etcd", X_OK) != 0) return "needs etcd (/usr/bin/etcd; apt-get install etcd-server)";
+  return "";
+}
+
+EtcdTestCluster::EtcdTestCluster() {
+  // exec: the fixture is our child (its PDEATHSIG follows this thread), not a shell's.
+  std::string cmd = std::string("exec /usr/bin/python3 ") + kScript + " serve --ttl 240";
+  pipe_ = popen(cmd.c_str(), "r");
+  if (!pipe_) throw std::runtime_error("cannot start " + cmd);
+  char line[4096];
+  if (!fgets(line, sizeof line, pipe_)) {
+    pclose(pipe_);
+    throw std::runtime_error("etcd_cluster.py ended without READY");
+  }
+  std::string text(trim(line));
+  if (!startsWith(text, "READY ")) {
+    pclose(pipe_);
+    throw std::runtime_error("etcd_cluster.py: " + text);
+  }
+  for (const auto& field : split(text.substr(6), ' ')) {
+    auto eq = field.find('=');
+    std::string k = field.substr(0, eq), v = field.substr(eq + 1);
+    if (k == "pid") fixturePid_ = std::stoi(v);
+    if (k == "endpoints") endpoints_ = split(v, ',');
+    if (k == "pids") {
+      for (const auto& p : split(v, ',')) pids_.push_back(std::stoi(p));
+    }
+  }
+  down_.assign(pids_.size(), false);
+}
+
+EtcdTestCluster::~EtcdTestCluster() {
+  for (std::size_t i = 0; i < pids_.size(); ++i) {
+    if (down_[i]) ::kill(pids_[i], SIGCONT);  // the fixture's SIGKILL works anyway; be tidy
+  }
+  if (fixturePid_ > 0) ::kill(fixturePid_, SIGTERM);
+  if (pipe_) pclose(pipe_);  // waits for the fixture, which waits for its members
+}
+
+std::string EtcdTestCluster::endpointList() const {
+  std::string out;
+  for (const auto& e : endpoints_) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+
+std::size_t EtcdTestCluster::leader() {
+  EtcdClientOptions o;
+  o.endpoints = endpoints_;
+  o.callTimeout = std::chrono::milliseconds(500);
+  EtcdClient client(o);
+  const auto deadline = std::chrono::steady_clock::now() + kElectionBound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::map<uint64_t, std::size_t> ids;
+    std::set<uint64_t> leaders;
+    for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+      if (down_[i]) continue;
+      try {
+        auto s = client.status(i);
+        ids[s.header().member_id()] = i;
+        leaders.insert(s.leader());
+      } catch (const std::exception&) {
+      }
+    }
+    if (leaders.size() == 1 && ids.count(*leaders.begin())) return ids[*leaders.begin()];
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw std::runtime_error("no agreed etcd leader within the safety bound");
+}
+
+void EtcdTestCluster::kill(std::size_t member) {
+  ::kill(pids_.at(member), SIGKILL);
+  down_[member] = true;
+}
+
+void EtcdTestCluster::stop(std::size_t member) {
+  ::kill(pids_.at(member), SIGSTOP);
+  down_[member] = true;
+}
+
+void EtcdTestCluster::cont(std::size_t member) {
+  ::kill(pids_.at(member), SIGCONT);
+  down_[member] = false;
+}
+
+}  // namespace ddprun::test
