@@ -131,6 +131,11 @@ Env Env::fromEnvironment(const Vars& vars) {
   env.storePrefix = lookup(vars, "DDPRUN_STORE_PREFIX").value_or("");
   if (!env.storePrefix.empty()) applyStorePrefix(env.storePrefix, env, round.has_value());
   env.token = readToken(vars);
+  env.etcdPrefix = lookup(vars, "DDPRUN_ETCD_PREFIX").value_or("/ddprun");
+  env.etcdCaCert = lookup(vars, "DDPRUN_ETCD_CACERT").value_or("");
+  env.etcdCert = lookup(vars, "DDPRUN_ETCD_CERT").value_or("");
+  env.etcdKey = lookup(vars, "DDPRUN_ETCD_KEY").value_or("");
+  env.etcdAuthFile = lookup(vars, "DDPRUN_ETCD_AUTH_FILE").value_or("");
   env.heartbeatSocket = lookup(vars, "DDPRUN_HEARTBEAT_SOCKET").value_or("");
   env.cudaVisibleDevices = lookup(vars, "CUDA_VISIBLE_DEVICES").value_or("");
   env.glooSocketIfname = lookup(vars, "GLOO_SOCKET_IFNAME").value_or("");

@@ -24,6 +24,11 @@ struct Env {
   std::string storeAddr;    // DDPRUN_STORE_ADDR: host:port of the job's store; empty when none
   std::string storePrefix;  // DDPRUN_STORE_PREFIX: "/run/<id>/round/<n>/"; empty when none
   std::string token;        // the job token: the file DDPRUN_RDZV_TOKEN_FILE, else DDPRUN_RDZV_TOKEN
+  // The store on etcd (DDPRUN_STORE_ADDR=etcd://...; docs/etcd.md): the key root every job's keys
+  // live under (DDPRUN_ETCD_PREFIX, "/ddprun" when unset), TLS files (DDPRUN_ETCD_CACERT,
+  // DDPRUN_ETCD_CERT, DDPRUN_ETCD_KEY) and a file of "user:password" (DDPRUN_ETCD_AUTH_FILE).
+  std::string etcdPrefix = "/ddprun";
+  std::string etcdCaCert, etcdCert, etcdKey, etcdAuthFile;
   std::string heartbeatSocket;     // DDPRUN_HEARTBEAT_SOCKET; empty: no heartbeat
   std::string cudaVisibleDevices;  // CUDA_VISIBLE_DEVICES as given; empty when unset
   std::string glooSocketIfname;    // GLOO_SOCKET_IFNAME, as PyTorch reads it; empty when unset

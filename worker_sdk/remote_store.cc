@@ -2,7 +2,9 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 #include "store/store_client.h"
+#include "worker_sdk/etcd_store.h"
 #include "worker_sdk/file_store.h"
 
 namespace ddp {
@@ -68,7 +70,39 @@ RemoteStoreOptions remoteStoreOptions(const Env& env) {
   return o;
 }
 
+EtcdStoreOptions etcdStoreOptions(const Env& env) {
+  constexpr std::string_view kEtcdScheme = "etcd://";
+  if (!ddprun::startsWith(env.storeAddr, kEtcdScheme)) {
+    throw ddprun::ConfigError("DDPRUN_STORE_ADDR='" + env.storeAddr + "' is not etcd://HOST:PORT[,HOST:PORT...]");
+  }
+  if (env.runId.empty()) {
+    throw ddprun::ConfigError("no run id: set DDPRUN_RUN_ID or TORCHELASTIC_RUN_ID (ddprun sets both)");
+  }
+  EtcdStoreOptions o;
+  o.client.endpoints = ddprun::parseEtcdEndpoints(env.storeAddr.substr(kEtcdScheme.size()));
+  o.client.caCertFile = env.etcdCaCert;
+  o.client.certFile = env.etcdCert;
+  o.client.keyFile = env.etcdKey;
+  o.client.tls = !env.etcdCaCert.empty() || !env.etcdCert.empty();
+  if (!env.etcdAuthFile.empty()) {
+    std::string line = ddprun::readTokenFile(env.etcdAuthFile, "DDPRUN_ETCD_AUTH_FILE");
+    auto colon = line.find(':');
+    if (colon == std::string::npos) throw ddprun::ConfigError("DDPRUN_ETCD_AUTH_FILE: expected one line USER:PASSWORD");
+    o.client.user = line.substr(0, colon);
+    o.client.password = line.substr(colon + 1);
+  }
+  std::string root = env.etcdPrefix;
+  while (!root.empty() && root.back() == '/') root.pop_back();
+  o.prefix = root + "/run/" + env.runId + "/round/" + std::to_string(env.round) + "/";
+  return o;
+}
+
 std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeout) {
+  if (ddprun::startsWith(env.storeAddr, "etcd://")) {
+    EtcdStoreOptions o = etcdStoreOptions(env);
+    o.timeout = timeout;
+    return std::make_unique<EtcdStore>(std::move(o));
+  }
   // ddprun --standalone: a folder per round, already private to the round (no prefix needed).
   constexpr std::string_view kFileScheme = "file://";
   if (ddprun::startsWith(env.storeAddr, kFileScheme)) {

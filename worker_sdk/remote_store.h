@@ -55,8 +55,14 @@ class RemoteStore final : public Store {
 // and naming DDPRUN_RUN_ID/TORCHELASTIC_RUN_ID when no run id is known.
 RemoteStoreOptions remoteStoreOptions(const Env& env);
 
+// The options for the job's store on etcd (DDPRUN_STORE_ADDR=etcd://h1:2379,h2:2379): keys under
+// <DDPRUN_ETCD_PREFIX>/run/<id>/round/<n>/ (the etcd rendezvous' layout, docs/etcd.md).
+struct EtcdStoreOptions;
+EtcdStoreOptions etcdStoreOptions(const Env& env);
+
 // Connects to the job's store with the given timeout: a FileStore over the folder when
-// DDPRUN_STORE_ADDR is file:///path (ddprun --standalone), else RemoteStore(remoteStoreOptions(env)).
+// DDPRUN_STORE_ADDR is file:///path (ddprun --standalone), an EtcdStore when it is
+// etcd://h1:2379,h2:2379 (--rdzv_backend=etcd), else RemoteStore(remoteStoreOptions(env)).
 std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeout = Store::kDefaultTimeout);
 
 }  // namespace ddp

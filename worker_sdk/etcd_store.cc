@@ -1,0 +1,194 @@
+#include "worker_sdk/etcd_store.h"
+
+#include <charconv>
+#include <random>
+#include <set>
+
+#include "common/error.h"
+#include "store/etcd/etcd_watch.h"
+
+namespace ddp {
+
+namespace {
+
+// A nonce only has to outlive the retries of one call (the client's retryTimeout); a lease is
+// renewed by granting a new one when half its TTL has passed, and old nonces expire with theirs.
+constexpr std::chrono::seconds kNonceLeaseTtl{120};
+
+void checkKey(const std::string& key) {
+  if (key.empty()) throw ddprun::ConfigError("store: empty key");
+}
+
+int64_t parseCounter(const std::string& key, const std::string& value) {
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || p != value.data() + value.size()) {
+    throw ddprun::StateError("store: add() on key '" + key + "' whose value is not a number");
+  }
+  return n;
+}
+
+std::string randomId() {
+  std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+}  // namespace
+
+EtcdStore::EtcdStore(EtcdStoreOptions options)
+    : options_(std::move(options)),
+      dataPrefix_(options_.prefix + "kv/"),
+      opPrefix_(options_.prefix + "op/"),
+      client_(options_.client),
+      clientId_(randomId()) {
+  if (options_.prefix.empty() || options_.prefix.back() != '/') {
+    throw ddprun::ConfigError("etcd store: prefix '" + options_.prefix + "' must end with '/'");
+  }
+}
+
+EtcdStore::~EtcdStore() = default;
+
+std::string EtcdStore::dataKey(const std::string& key) const {
+  checkKey(key);
+  return dataPrefix_ + key;
+}
+
+void EtcdStore::set(const std::string& key, const std::string& value) { client_.put(dataKey(key), value); }
+
+std::string EtcdStore::get(const std::string& key) {
+  const std::string k = dataKey(key);
+  for (;;) {
+    wait({key}, options_.timeout);
+    if (auto kv = client_.get(k)) return kv->value;
+    // Deleted between the wait and the read: wait again.
+  }
+}
+
+int64_t EtcdStore::nonceLease() {
+  std::lock_guard<std::mutex> lock(leaseMutex_);
+  auto now = std::chrono::steady_clock::now();
+  if (lease_ == 0 || now - leaseGranted_ > kNonceLeaseTtl / 2) {
+    lease_ = client_.grantLease(kNonceLeaseTtl);
+    leaseGranted_ = now;
+  }
+  return lease_;
+}
+
+int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+  const std::string k = dataKey(key);
+  for (;;) {
+    auto kv = client_.get(k);
+    int64_t value = (kv ? parseCounter(key, kv->value) : 0) + delta;
+    std::string nonce;
+    {
+      std::lock_guard<std::mutex> lock(leaseMutex_);
+      nonce = opPrefix_ + clientId_ + "-" + std::to_string(++nonceSeq_);
+    }
+    etcdserverpb::TxnRequest t;
+    auto* cmp = t.add_compare();
+    cmp->set_key(k);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    if (kv) {
+      cmp->set_target(etcdserverpb::Compare::MOD);
+      cmp->set_mod_revision(kv->modRevision);
+    } else {
+      cmp->set_target(etcdserverpb::Compare::CREATE);  // create_revision 0: the key is missing
+      cmp->set_create_revision(0);
+    }
+    auto* put = t.add_success()->mutable_request_put();
+    put->set_key(k);
+    put->set_value(std::to_string(value));
+    auto* mark = t.add_success()->mutable_request_put();
+    mark->set_key(nonce);
+    mark->set_lease(nonceLease());
+    if (client_.txn(t).succeeded()) return value;
+    // Lost the race, or an earlier attempt of this very transaction was applied and its answer
+    // lost (the client retried it on another member): the nonce tells which.
+    if (client_.get(nonce)) return value;
+  }
+}
+
+std::string EtcdStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
+  const std::string k = dataKey(key);
+  etcdserverpb::TxnRequest t;
+  auto* cmp = t.add_compare();
+  cmp->set_key(k);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  if (expected.empty()) {
+    cmp->set_target(etcdserverpb::Compare::CREATE);
+    cmp->set_create_revision(0);
+  } else {
+    cmp->set_target(etcdserverpb::Compare::VALUE);
+    cmp->set_value(expected);
+  }
+  auto* put = t.add_success()->mutable_request_put();
+  put->set_key(k);
+  put->set_value(desired);
+  t.add_failure()->mutable_request_range()->set_key(k);
+  auto resp = client_.txn(t);
+  if (resp.succeeded()) return desired;
+  // A retried transaction whose first attempt was applied lands here too, and reads `desired`:
+  // the same answer.
+  const auto& range = resp.responses(0).response_range();
+  return range.kvs_size() > 0 ? range.kvs(0).value() : std::string();
+}
+
+int64_t EtcdStore::readAll(const std::vector<std::string>& keys, std::vector<bool>* present,
+                           std::vector<std::string>* values) {
+  // One transaction of ranges: one request, one revision for every key.
+  etcdserverpb::TxnRequest t;
+  for (const auto& key : keys) t.add_success()->mutable_request_range()->set_key(dataKey(key));
+  auto resp = client_.txn(t);
+  present->assign(keys.size(), false);
+  if (values) values->assign(keys.size(), "");
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto& r = resp.responses(static_cast<int>(i)).response_range();
+    if (r.kvs_size() > 0) {
+      (*present)[i] = true;
+      if (values) (*values)[i] = r.kvs(0).value();
+    }
+  }
+  return resp.header().revision();
+}
+
+void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  if (keys.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<bool> present;
+  int64_t revision = readAll(keys, &present, nullptr);
+  std::set<std::string> missing;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!present[i]) missing.insert(dataKey(keys[i]));
+  }
+  if (missing.empty()) return;
+  ddprun::EtcdWatch watch(client_, dataPrefix_, ddprun::etcdPrefixEnd(dataPrefix_), revision);
+  while (!missing.empty()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string names;
+      for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m.substr(dataPrefix_.size());
+      throw ddprun::TimeoutError("store: timed out after " + std::to_string(timeout.count()) +
+                                 " ms waiting for keys: " + names);
+    }
+    for (const auto& ev : watch.next(deadline)) {
+      if (ev.type() == mvccpb::Event::PUT) missing.erase(ev.kv().key());
+    }
+  }
+}
+
+bool EtcdStore::check(const std::vector<std::string>& keys) {
+  if (keys.empty()) return true;
+  std::vector<bool> present;
+  readAll(keys, &present, nullptr);
+  for (bool p : present) {
+    if (!p) return false;
+  }
+  return true;
+}
+
+bool EtcdStore::deleteKey(const std::string& key) { return client_.deleteKey(dataKey(key)) > 0; }
+
+int64_t EtcdStore::numKeys() { return client_.countPrefix(dataPrefix_); }
+
+}  // namespace ddp
