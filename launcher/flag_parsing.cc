@@ -129,8 +129,10 @@ std::string parseLegacyLocalRank(const std::string& value) {
 
 std::string parseRdzvBackend(const std::string& value) {
   if (value == "c10d") return "grpc";
+  // torch's etcd-v2 backend is the same idea on etcd's v3 API; both names mean ours.
+  if (value == "etcd" || value == "etcd-v2") return "etcd";
   if (value != "static" && value != "grpc") {
-    throw ConfigError(quoted("--rdzv_backend", value) + ": expected static, grpc or c10d");
+    throw ConfigError(quoted("--rdzv_backend", value) + ": expected static, grpc, c10d, etcd or etcd-v2");
   }
   return value;
 }
@@ -155,9 +157,25 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
     } else if (key == "token_file") {
       readTokenFile(value, "--rdzv_conf token_file");  // checked now: a bad file is exit 2 at once
       cfg.tokenFile = value;
+    } else if (key == "protocol") {
+      if (value != "http" && value != "https") throw ConfigError("--rdzv_conf protocol: expected http or https");
+      cfg.etcdTls = value == "https";
+    } else if (key == "cacert") {
+      cfg.etcdCaCert = value;
+    } else if (key == "cert") {
+      cfg.etcdCert = value;
+    } else if (key == "key") {
+      cfg.etcdKey = value;
+    } else if (key == "etcd_prefix") {
+      if (value.empty() || value[0] != '/') throw ConfigError("--rdzv_conf etcd_prefix: expected a key path starting with /");
+      cfg.etcdPrefix = value;
+    } else if (key == "auth_file") {
+      readTokenFile(value, "--rdzv_conf auth_file");  // checked now: a bad file is exit 2 at once
+      cfg.etcdAuthFile = value;
     } else if (!ignored.count(key)) {
       throw ConfigError("--rdzv_conf: unknown key '" + key +
-                        "' (known: join_timeout, last_call_timeout, heartbeat_timeout, is_host, token_file)");
+                        "' (known: join_timeout, last_call_timeout, heartbeat_timeout, is_host, token_file, "
+                        "and for etcd protocol, cacert, cert, key, etcd_prefix, auth_file)");
     }
   }
   if (cfg.joinTimeoutSeconds <= 0 || cfg.heartbeatTimeoutSeconds <= 0) {

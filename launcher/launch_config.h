@@ -34,6 +34,11 @@ struct LaunchConfig {
   double heartbeatTimeoutSeconds = 5;
   std::optional<bool> isHost;          // unset: host when the endpoint is a free local address
   std::string tokenFile;               // else DDPRUN_RDZV_TOKEN
+  // --rdzv_backend=etcd (docs/etcd.md): torch's etcd keys (protocol, cacert, cert, key,
+  // etcd_prefix) and ours: etcd user and password from a file (auth_file, "USER:PASSWORD").
+  bool etcdTls = false;
+  std::string etcdCaCert, etcdCert, etcdKey, etcdAuthFile;
+  std::string etcdPrefix = "/ddprun";
   // Multi-node: the gRPC rendezvous at endpointHost:endpointPort. Single node: a local one.
   bool multiNode = false;
   std::string endpointHost;

@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "common/token_file.h"
 #include "rendezvous/grpc_runtime.h"
+#include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/grpc_rendezvous.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -34,12 +35,63 @@ class HostedServer final : public HostedRendezvous {
   RendezvousServer server_;
 };
 
+std::string newNodeId() {
+  return hostName() + ":" + std::to_string(::getpid()) + ":" + std::to_string(std::random_device{}() % 100000);
+}
+
+// --rdzv_backend=etcd: no server of ours; the agents meet in etcd (docs/etcd.md).
+MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post) {
+  EtcdRendezvousOptions o;
+  o.client.endpoints = parseEtcdEndpoints(cfg.rdzvEndpoint);
+  o.client.tls = cfg.etcdTls;
+  o.client.caCertFile = cfg.etcdCaCert;
+  o.client.certFile = cfg.etcdCert;
+  o.client.keyFile = cfg.etcdKey;
+  if (!cfg.etcdAuthFile.empty()) {
+    std::string line = readTokenFile(cfg.etcdAuthFile, "--rdzv_conf auth_file");
+    auto colon = line.find(':');
+    if (colon == std::string::npos) throw ConfigError("--rdzv_conf auth_file: expected one line USER:PASSWORD");
+    o.client.user = line.substr(0, colon);
+    o.client.password = line.substr(colon + 1);
+  }
+  // A call waits for a new etcd leader (an election takes about a second) well within the
+  // heartbeat timeout, after which the node would be declared dead anyway.
+  o.client.callTimeout = std::chrono::milliseconds(std::max<int64_t>(500, static_cast<int64_t>(cfg.heartbeatTimeoutSeconds * 250)));
+  o.client.retryTimeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(cfg.heartbeatTimeoutSeconds, 5.0) * 1000));
+  o.prefix = cfg.etcdPrefix;
+  o.runId = cfg.runId;
+  o.nodeId = newNodeId();
+  o.localWorldSize = cfg.nprocPerNode;
+  o.rules.minNodes = cfg.minNodes;
+  o.rules.maxNodes = cfg.maxNodes;
+  o.rules.maxRestarts = cfg.maxRestarts;
+  o.rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
+  o.rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
+  o.rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
+  // etcd cannot tell us the address we connect from: the node's own name, as torch's etcd backend.
+  o.host = !cfg.localAddr.empty() ? cfg.localAddr : hostName();
+  o.masterPort = findFreePort("");
+  // The workers' store is on etcd too; they find its key root and TLS files in the environment
+  // the agent passes on (set before any worker exists).
+  ::setenv("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix.c_str(), 1);
+  if (cfg.etcdTls) {
+    ::setenv("DDPRUN_ETCD_CACERT", cfg.etcdCaCert.c_str(), 1);
+    if (!cfg.etcdCert.empty()) ::setenv("DDPRUN_ETCD_CERT", cfg.etcdCert.c_str(), 1);
+    if (!cfg.etcdKey.empty()) ::setenv("DDPRUN_ETCD_KEY", cfg.etcdKey.c_str(), 1);
+  }
+  if (!cfg.etcdAuthFile.empty()) ::setenv("DDPRUN_ETCD_AUTH_FILE", cfg.etcdAuthFile.c_str(), 1);
+  MultiNodeRendezvous out;
+  out.client = std::make_unique<EtcdRendezvous>(o, std::move(post));
+  return out;
+}
+
 }  // namespace
 
 // This node hosts the server when asked (static node 0, is_host=1), or, when unsaid, when the
 // endpoint is a free address of this machine (as torchrun's c10d does).
 MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post, FenceFn fence) {
   prepareGrpcRuntime();
+  if (cfg.rdzvBackend == "etcd") return startEtcd(cfg, std::move(post));
   MultiNodeRendezvous out;
   std::string token = readToken(cfg);
   RendezvousServerOptions serverOptions;
@@ -68,7 +120,7 @@ MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post, FenceFn
   o.endpoint = joinHostPort(cfg.endpointHost, hosted ? hosted->server().port() : cfg.endpointPort);
   o.token = token;
   o.runId = cfg.runId;
-  o.nodeId = hostName() + ":" + std::to_string(::getpid()) + ":" + std::to_string(std::random_device{}() % 100000);
+  o.nodeId = newNodeId();
   o.localWorldSize = cfg.nprocPerNode;
   o.rules.minNodes = cfg.minNodes;
   o.rules.maxNodes = cfg.maxNodes;

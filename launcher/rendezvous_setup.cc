@@ -36,9 +36,15 @@ void decideRendezvous(LaunchConfig& cfg, const RendezvousFlags& flags) {
     if (host->empty()) continue;
     if (auto problem = hostProblem(*host)) throw ConfigError(std::string(flag) + " '" + printable(*host, 64) + "' " + *problem);
   }
-  cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.maxNodes > 1);
+  cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.rdzvBackend == "etcd" || cfg.maxNodes > 1);
   if (!cfg.multiNode) {
     if (!cfg.localAddr.empty()) cfg.masterAddr = cfg.localAddr;
+    return;
+  }
+  if (cfg.rdzvBackend == "etcd") {
+    // A list of etcd members (h1:2379,h2:2379); each is checked when the agent connects.
+    if (cfg.rdzvEndpoint.empty()) throw ConfigError("--rdzv_backend=etcd needs --rdzv_endpoint HOST[:PORT][,HOST[:PORT]...]");
+    std::tie(cfg.endpointHost, cfg.endpointPort) = parseEndpoint(split(cfg.rdzvEndpoint, ',').front(), 2379);
     return;
   }
   if (cfg.rdzvBackend == "grpc") {

@@ -207,15 +207,15 @@ def _serve(args):
         print(f"READY pid={os.getpid()} endpoints={','.join(cluster.endpoints)} pids={pids} dir={cluster.dir}",
               flush=True)
 
-        def watch_stdin():
-            try:
-                sys.stdin.buffer.read()
-            except OSError:
-                pass
-            if args.stdin_eof:
+        if args.stdin_eof:
+            def watch_stdin():
+                try:
+                    sys.stdin.buffer.read()
+                except OSError:
+                    pass
                 done.set()
 
-        threading.Thread(target=watch_stdin, daemon=True).start()
+            threading.Thread(target=watch_stdin, daemon=True).start()
         done.wait(args.ttl)
     return 0
 

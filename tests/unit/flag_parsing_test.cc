@@ -113,11 +113,13 @@ TEST_CASE("checkStartMethod accepts torchrun's start methods", "[cli][flag_parsi
   CHECK_THROWS_AS(ddprun::checkStartMethod(""), ConfigError);
 }
 
-TEST_CASE("parseRdzvBackend: static, grpc, and c10d as an alias of grpc", "[cli][flag_parsing]") {
+TEST_CASE("parseRdzvBackend: static, grpc, c10d as an alias of grpc, etcd and torch's etcd-v2 as etcd", "[cli][flag_parsing]") {
   CHECK(ddprun::parseRdzvBackend("static") == "static");
+  CHECK(ddprun::parseRdzvBackend("etcd") == "etcd");
+  CHECK(ddprun::parseRdzvBackend("etcd-v2") == "etcd");
   CHECK(ddprun::parseRdzvBackend("grpc") == "grpc");
   CHECK(ddprun::parseRdzvBackend("c10d") == "grpc");
-  CHECK_THROWS_WITH(ddprun::parseRdzvBackend("etcd-v3"), "--rdzv_backend 'etcd-v3': expected static, grpc or c10d");
+  CHECK_THROWS_WITH(ddprun::parseRdzvBackend("etcd-v3"), "--rdzv_backend 'etcd-v3': expected static, grpc, c10d, etcd or etcd-v2");
   CHECK_THROWS_AS(ddprun::parseRdzvBackend(""), ConfigError);
 }
 

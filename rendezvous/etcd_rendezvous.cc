@@ -1,0 +1,484 @@
+#include "rendezvous/etcd_rendezvous.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/worker_failure_message.h"
+#include "store/etcd/etcd_watch.h"
+
+namespace ddprun {
+
+namespace pb = ddprun::v1;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+Micros monotonicNow() { return std::chrono::duration_cast<Micros>(SteadyClock::now().time_since_epoch()); }
+
+std::string seqKey(uint64_t seq) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
+  return buf;
+}
+
+std::string storePrefix(const std::string& runId, uint64_t round) {
+  return "/run/" + runId + "/round/" + std::to_string(round) + "/";
+}
+
+pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
+  pb::ServerMessage msg;
+  if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
+    auto* out = msg.mutable_round_assigned();
+    out->set_round(a->round);
+    out->set_group_rank(a->groupRank);
+    out->set_group_world_size(a->groupWorldSize);
+    out->set_rank_offset(a->rankOffset);
+    out->set_world_size(a->worldSize);
+    out->set_restart_count(a->restartCount);
+    out->set_master_addr(a->masterAddr);
+    out->set_master_port(a->masterPort);
+    out->set_store_prefix(storePrefix(runId, a->round));
+  } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
+    msg.mutable_round_interrupted()->set_round(i->round);
+    msg.mutable_round_interrupted()->set_reason(i->reason);
+  } else if (auto* e = std::get_if<JobEnd>(&notice.body)) {
+    msg.mutable_job_closed()->set_succeeded(e->succeeded);
+    msg.mutable_job_closed()->set_reason(e->reason);
+    if (e->failure) {
+      toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
+      msg.mutable_job_closed()->set_failed_node(e->failedNode);
+    }
+  } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
+    msg.mutable_rejected()->set_message(r->message.substr(0, 1024));
+    msg.mutable_rejected()->set_fatal(r->fatal);
+  }
+  return msg;
+}
+
+}  // namespace
+
+class EtcdRendezvous::Impl {
+ public:
+  Impl(EtcdRendezvousOptions options, Post post)
+      : o_(std::move(options)), post_(std::move(post)), client_(o_.client) {
+    std::string root = o_.prefix;
+    while (!root.empty() && root.back() == '/') root.pop_back();
+    jobPrefix_ = root + "/run/" + o_.runId + "/";
+    rdzv_ = jobPrefix_ + "rdzv/";
+    for (const auto& e : o_.client.endpoints) storeAddr_ += (storeAddr_.empty() ? "etcd://" : ",") + e;
+    if (auto invalid = RendezvousState::validateRules(o_.rules)) throw ConfigError(*invalid);
+    heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(o_.rules.heartbeatTimeout);
+  }
+
+  ~Impl() { shutdown(); }
+
+  void join(RendezvousListener* listener) {
+    DDPRUN_CHECK(listener != nullptr && listener_ == nullptr, "join once, with a listener");
+    listener_ = listener;
+    // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
+    auto ttl = std::chrono::seconds(std::max<int64_t>(2, (heartbeat_.count() + 999) / 1000));
+    jobLease_ = jobLease(ttl * 2);
+    nodeLease_ = client_.grantLease(ttl);
+    int64_t revision = 0;
+    client_.get(rdzv_ + "nodes/" + o_.nodeId, &revision);
+    notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
+                                           etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), revision);
+    pb::Join j;
+    j.set_run_id(o_.runId);
+    j.set_node_id(o_.nodeId);
+    j.set_local_world_size(o_.localWorldSize);
+    j.set_host(o_.host);
+    j.set_master_port(o_.masterPort);
+    j.set_node_rank(o_.nodeRank);
+    client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), nodeLease_);
+    threads_.emplace_back([this] { keepAlive(); });
+    threads_.emplace_back([this] { follow(); });
+    threads_.emplace_back([this] { elect(); });
+  }
+
+  void report(const pb::AgentMessage& msg) {
+    if (nodeLease_ == 0) return;
+    try {
+      client_.put(rdzv_ + "events/" + o_.nodeId + "/" + seqKey(++eventSeq_), msg.SerializeAsString(), nodeLease_);
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): cannot report to etcd: {}", e.what());
+    }
+  }
+
+  void leave() {
+    pb::AgentMessage msg;
+    msg.mutable_leave()->set_reason("stopped by a signal");
+    report(msg);
+  }
+
+  void shutdown() {
+    if (stopping_.exchange(true)) return;
+    cv_.notify_all();
+    // The watches' threads end when their EtcdWatch goes; the follower and driver wake within a
+    // wait step (kStep).
+    for (auto& t : threads_) t.join();
+    notices_.reset();
+    try {
+      if (nodeLease_ != 0) client_.revokeLease(nodeLease_);
+      // The last node out removes the job: its state, notices and the workers' keys.
+      if (client_.countPrefix(rdzv_ + "nodes/") == 0) {
+        client_.deletePrefix(jobPrefix_);
+        if (jobLease_ != 0) client_.revokeLease(jobLease_);
+      }
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): cleanup incomplete ({}); leases expire on their own", e.what());
+    }
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kStep{100};  // how often a waiting thread checks stopping_
+
+  // The job's lease: every agent renews it; the job's state and notices live on it, so they go
+  // when every agent has died.
+  int64_t jobLease(std::chrono::seconds ttl) {
+    const std::string key = rdzv_ + "joblease";
+    for (;;) {
+      if (auto kv = client_.get(key)) {
+        if (client_.keepAliveOnce(kv->lease) > 0) return kv->lease;
+        client_.deleteKey(key);  // a lease of an older job that expired
+        continue;
+      }
+      int64_t lease = client_.grantLease(ttl);
+      etcdserverpb::TxnRequest t;
+      auto* cmp = t.add_compare();
+      cmp->set_key(key);
+      cmp->set_target(etcdserverpb::Compare::CREATE);
+      cmp->set_result(etcdserverpb::Compare::EQUAL);
+      cmp->set_create_revision(0);
+      auto* put = t.add_success()->mutable_request_put();
+      put->set_key(key);
+      put->set_value(std::to_string(lease));
+      put->set_lease(lease);
+      if (client_.txn(t).succeeded()) return lease;
+      client_.revokeLease(lease);
+    }
+  }
+
+  bool waitStopping(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, d, [&] { return stopping_.load(); });
+  }
+
+  // Renews both leases every H/8. A node whose lease expired was declared dead by etcd and the
+  // others may go on without it: its workers are fenced and the job ends for it (exit 200).
+  void keepAlive() {
+    auto lastOk = SteadyClock::now();
+    while (!waitStopping(std::max(heartbeat_ / 8, std::chrono::milliseconds(50)))) {
+      auto sent = SteadyClock::now();
+      try {
+        if (client_.keepAliveOnce(nodeLease_) == 0) {
+          fail("this node's etcd lease expired: the job may go on without it");
+          return;
+        }
+        client_.keepAliveOnce(jobLease_);
+        lastOk = sent;
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): lease renewal failed: {}", e.what());
+      }
+      if (SteadyClock::now() - lastOk > heartbeat_ * 5 / 8) {
+        fail("etcd unreachable for " + std::to_string(heartbeat_.count() * 5 / 8) + " ms: this node may be declared dead");
+        return;
+      }
+    }
+  }
+
+  void fail(const std::string& why) {
+    if (closed_.exchange(true)) return;
+    uint64_t round = round_;
+    post_([listener = listener_, round, why] {
+      if (round > 0) listener->onFenced(round, why, std::chrono::milliseconds(0));
+      JobClosure c;
+      c.outcome = JobOutcome::kFailed;
+      c.reason = why;
+      c.exitStatus = kExitInfrastructure;
+      listener->onJobClosed(c);
+    });
+  }
+
+  // This node's notices, in order, to the agent's event loop.
+  void follow() {
+    while (!stopping_ && !closed_) {
+      std::vector<mvccpb::Event> events;
+      try {
+        events = notices_->next(SteadyClock::now() + kStep);
+      } catch (const Error& e) {
+        fail(std::string("lost the rendezvous on etcd: ") + e.what());
+        return;
+      }
+      for (const auto& ev : events) {
+        pb::ServerMessage msg;
+        if (ev.type() != mvccpb::Event::PUT || !msg.ParseFromString(ev.kv().value())) continue;
+        if (!deliver(msg)) return;
+      }
+    }
+  }
+
+  bool deliver(const pb::ServerMessage& msg) {
+    switch (msg.kind_case()) {
+      case pb::ServerMessage::kRoundAssigned: {
+        const auto& a = msg.round_assigned();
+        RoundInfo info;
+        info.round = a.round();
+        info.groupRank = a.group_rank();
+        info.groupWorldSize = a.group_world_size();
+        info.rankOffset = a.rank_offset();
+        info.worldSize = a.world_size();
+        info.restartCount = a.restart_count();
+        info.masterAddr = a.master_addr();
+        info.masterPort = a.master_port();
+        info.storeAddr = storeAddr_;
+        info.storePrefix = a.store_prefix();
+        round_ = info.round;
+        post_([listener = listener_, info] { listener->onRoundReady(info); });
+        return true;
+      }
+      case pb::ServerMessage::kRoundInterrupted: {
+        auto round = msg.round_interrupted().round();
+        auto reason = msg.round_interrupted().reason();
+        post_([listener = listener_, round, reason] { listener->onRoundInterrupted(round, reason); });
+        return true;
+      }
+      case pb::ServerMessage::kJobClosed: {
+        if (closed_.exchange(true)) return false;
+        const auto& closed = msg.job_closed();
+        JobClosure closure;
+        closure.outcome = closed.succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
+        closure.reason = closed.reason();
+        if (!closed.succeeded() && closed.has_failure()) {
+          closure.failure = fromMessage(closed.failure());
+          closure.failedNode = closed.failed_node().substr(0, 256);
+        }
+        post_([listener = listener_, closure] { listener->onJobClosed(closure); });
+        return false;
+      }
+      case pb::ServerMessage::kRejected:
+        if (!msg.rejected().fatal()) {
+          spdlog::warn("rendezvous (etcd): {}", msg.rejected().message());
+          return true;
+        }
+        fail("the rendezvous refused this node: " + msg.rejected().message());
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  // The election: whoever creates the driver key (on its own lease) drives; the others wait for
+  // the key to go (its node's lease expired) and try again.
+  void elect() {
+    const std::string key = rdzv_ + "driver";
+    while (!stopping_ && !closed_) {
+      try {
+        etcdserverpb::TxnRequest t;
+        auto* cmp = t.add_compare();
+        cmp->set_key(key);
+        cmp->set_target(etcdserverpb::Compare::CREATE);
+        cmp->set_result(etcdserverpb::Compare::EQUAL);
+        cmp->set_create_revision(0);
+        auto* put = t.add_success()->mutable_request_put();
+        put->set_key(key);
+        put->set_value(o_.nodeId);
+        put->set_lease(nodeLease_);
+        t.add_failure()->mutable_request_range()->set_key(key);
+        auto resp = client_.txn(t);
+        if (resp.succeeded()) {
+          drive();
+          return;
+        }
+        EtcdWatch watch(client_, key, "", resp.header().revision());
+        bool gone = false;
+        while (!gone && !stopping_ && !closed_) {
+          for (const auto& ev : watch.next(SteadyClock::now() + kStep)) gone |= ev.type() == mvccpb::Event::DELETE;
+        }
+      } catch (const Error& e) {
+        if (stopping_) return;
+        spdlog::warn("rendezvous (etcd): election: {}", e.what());
+        waitStopping(kStep);
+      }
+    }
+  }
+
+  // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
+  // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
+  void drive() {
+    spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
+    int64_t revision = 0;
+    // A driver before us left a state: taking a running job over is not built yet (docs/etcd.md).
+    if (client_.get(rdzv_ + "state", &revision)) {
+      std::vector<Notice> out;
+      for (const auto& kv : client_.getPrefix(rdzv_ + "nodes/")) {
+        out.push_back({kv.key.substr((rdzv_ + "nodes/").size()),
+                       JobEnd{false, "the node that drove the rendezvous on etcd was lost; taking over a running job is "
+                                     "not implemented yet", std::nullopt, ""}});
+      }
+      write(out, {});
+      return;
+    }
+    RendezvousState state(o_.runId, o_.rules, monotonicNow());
+    std::set<std::string> live;
+    std::vector<Notice> out;
+    std::vector<std::string> applied;
+    for (const auto& kv : client_.getPrefix(rdzv_, &revision)) apply(state, live, kv.key, &kv.value, out, applied);
+    EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), revision);
+    while (!stopping_) {
+      Micros now = monotonicNow();
+      for (const auto& id : live) append(out, state.heartbeat(id, now));  // liveness is etcd's lease
+      append(out, state.tick(now));
+      if (!out.empty() || !applied.empty()) {
+        if (!write(out, applied)) return;
+        out.clear();
+        applied.clear();
+      }
+      if (state.phase() == RendezvousState::Phase::kClosed) return;
+      auto wait = std::max(heartbeat_ / 8, std::chrono::milliseconds(10));
+      auto deadline = SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep);
+      if (auto next = state.nextDeadline()) {
+        deadline = std::min(deadline, SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(*next)));
+      }
+      std::vector<mvccpb::Event> events;
+      try {
+        events = watch.next(deadline);
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): driver lost its watch: {}", e.what());
+        return;
+      }
+      for (const auto& ev : events) {
+        const std::string value = ev.kv().value();
+        apply(state, live, ev.kv().key(), ev.type() == mvccpb::Event::PUT ? &value : nullptr, out, applied);
+      }
+    }
+  }
+
+  static void append(std::vector<Notice>& out, std::vector<Notice> more) {
+    for (auto& n : more) out.push_back(std::move(n));
+  }
+
+  // One key under rdzv/ (value null: deleted) into the state.
+  void apply(RendezvousState& state, std::set<std::string>& live, const std::string& key, const std::string* value,
+             std::vector<Notice>& out, std::vector<std::string>& applied) {
+    Micros now = monotonicNow();
+    const std::string nodes = rdzv_ + "nodes/", events = rdzv_ + "events/";
+    if (startsWith(key, nodes)) {
+      std::string id = key.substr(nodes.size());
+      if (!value) {
+        if (live.erase(id)) append(out, state.leave(id, "its etcd lease expired (node gone or stopped)", now));
+        return;
+      }
+      pb::Join j;
+      if (live.count(id) || !j.ParseFromString(*value)) return;
+      NodeInfo info;
+      info.nodeId = id;
+      info.localWorldSize = j.local_world_size();
+      info.host = j.host();
+      info.masterPort = j.master_port();
+      info.nodeRank = j.node_rank();
+      live.insert(id);
+      append(out, state.join(info, now));
+    } else if (startsWith(key, events) && value) {
+      std::string rest = key.substr(events.size());
+      std::string id = rest.substr(0, rest.find('/'));
+      applied.push_back(key);
+      pb::AgentMessage msg;
+      if (!msg.ParseFromString(*value)) return;
+      if (msg.has_worker_failed()) {
+        append(out, state.workerFailed(id, msg.worker_failed().round(), now, fromMessage(msg.worker_failed())));
+      } else if (msg.has_succeeded()) {
+        append(out, state.succeeded(id, msg.succeeded().round(), now));
+      } else if (msg.has_leave()) {
+        if (live.erase(id)) append(out, state.leave(id, msg.leave().reason(), now));
+      }
+    }
+  }
+
+  // Notices and the applied events' deletion, in one transaction that holds only while this
+  // node is the driver. False when it no longer is.
+  bool write(const std::vector<Notice>& notices, const std::vector<std::string>& applied) {
+    etcdserverpb::TxnRequest t;
+    auto* cmp = t.add_compare();
+    cmp->set_key(rdzv_ + "driver");
+    cmp->set_target(etcdserverpb::Compare::VALUE);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_value(o_.nodeId);
+    uint64_t latestRound = 0;
+    for (const auto& n : notices) {
+      auto* put = t.add_success()->mutable_request_put();
+      put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
+      put->set_value(toProto(o_.runId, n).SerializeAsString());
+      put->set_lease(jobLease_);
+      if (auto* a = std::get_if<RoundAssignment>(&n.body)) latestRound = std::max(latestRound, a->round);
+    }
+    for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
+    auto* st = t.add_success()->mutable_request_put();
+    st->set_key(rdzv_ + "state");
+    st->set_value("driver=" + o_.nodeId);
+    st->set_lease(jobLease_);
+    if (latestRound > 1) {
+      // The workers' keys of the round before (they are fenced by round anyway).
+      auto* del = t.add_success()->mutable_request_delete_range();
+      del->set_key(jobPrefix_ + "round/" + std::to_string(latestRound - 1) + "/");
+      del->set_range_end(etcdPrefixEnd(del->key()));
+    }
+    try {
+      if (client_.txn(t).succeeded()) return true;
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): driver write failed: {}", e.what());
+    }
+    spdlog::warn("rendezvous (etcd): this node no longer drives the rendezvous");
+    return false;
+  }
+
+  EtcdRendezvousOptions o_;
+  Post post_;
+  EtcdClient client_;
+  std::string jobPrefix_, rdzv_, storeAddr_;
+  std::chrono::milliseconds heartbeat_{5000};
+  RendezvousListener* listener_ = nullptr;
+  int64_t jobLease_ = 0, nodeLease_ = 0;
+  std::atomic<uint64_t> eventSeq_{0};
+  uint64_t noticeSeq_ = 0;
+  std::atomic<uint64_t> round_{0};
+  std::atomic<bool> stopping_{false}, closed_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<EtcdWatch> notices_;
+  std::vector<std::thread> threads_;
+};
+
+EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options, Post post)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(post))) {}
+
+EtcdRendezvous::~EtcdRendezvous() = default;
+
+void EtcdRendezvous::join(RendezvousListener* listener) { impl_->join(listener); }
+
+void EtcdRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
+  pb::AgentMessage msg;
+  toMessage(failure, msg.mutable_worker_failed());
+  msg.mutable_worker_failed()->set_round(round);
+  impl_->report(msg);
+}
+
+void EtcdRendezvous::reportSucceeded(uint64_t round) {
+  pb::AgentMessage msg;
+  msg.mutable_succeeded()->set_round(round);
+  impl_->report(msg);
+}
+
+void EtcdRendezvous::leave() { impl_->leave(); }
+
+}  // namespace ddprun
