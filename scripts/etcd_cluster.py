@@ -188,6 +188,34 @@ class EtcdCluster:
                 raise RuntimeError(f"no agreed etcd leader within {bound_s}s (safety bound)")
             time.sleep(0.05)
 
+    def keys(self, prefix="/"):
+        """Every key under prefix (v3 JSON gateway, base64 on the wire), from any live member."""
+        import base64
+        end = bytearray(prefix.encode())
+        end[-1] += 1
+        body = {"key": base64.b64encode(prefix.encode()).decode(), "range_end": base64.b64encode(bytes(end)).decode(),
+                "keys_only": True}
+        for i in self.alive():
+            try:
+                r = _post_json(self.endpoints[i], "/v3/kv/range", body, timeout=5.0)
+                return sorted(base64.b64decode(kv["key"]).decode(errors="replace") for kv in r.get("kvs", []))
+            except OSError:
+                continue
+        raise RuntimeError("no etcd member answered a range request")
+
+    def get(self, key):
+        """The value of key (str), or None."""
+        import base64
+        body = {"key": base64.b64encode(key.encode()).decode()}
+        for i in self.alive():
+            try:
+                r = _post_json(self.endpoints[i], "/v3/kv/range", body, timeout=5.0)
+                kvs = r.get("kvs", [])
+                return base64.b64decode(kvs[0]["value"]).decode(errors="replace") if kvs else None
+            except OSError:
+                continue
+        raise RuntimeError("no etcd member answered a range request")
+
     def log_tail(self, i, n=2000):
         try:
             with open(os.path.join(self.dir, f"m{i}.log"), "rb") as f:

@@ -1,0 +1,146 @@
+"""--rdzv_backend=etcd end to end: real ddprun agents on a real 3-member etcd 3.4 cluster
+(scripts/etcd_cluster.py), as users run them. docs/etcd.md."""
+import os
+import re
+import signal
+import sys
+import time
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import ddprun_testlib as tl  # noqa: E402
+import multinode_lib as ml  # noqa: E402
+import unittest_main  # noqa: E402
+from etcd_cluster import EtcdCluster, etcd_available  # noqa: E402
+
+TEST_BIN = os.environ.get("DDPRUN_TEST_BIN") or os.path.join(tl.REPO, "build", "test-bin")
+STORE_EXCHANGE = os.path.join(TEST_BIN, "store_exchange")
+PREFIX = "/ddprun-test"
+
+# Records one line per worker start, then waits for the test's release file (or exits at once).
+RECORD = r"""#!/bin/sh
+echo "$NODE_TAG $DDPRUN_ROUND $RANK $WORLD_SIZE $GROUP_RANK $TORCHELASTIC_RESTART_COUNT" >> "%(d)s/rec_$$"
+while [ ! -e "%(d)s/release" ]; do sleep 0.05; done
+exit "${EXIT_CODE:-0}"
+"""
+
+
+class EtcdRendezvousTest(tl.DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        reason = etcd_available()
+        if reason:
+            self.skipTest(reason)
+        self.cluster = EtcdCluster(size=3)
+        self.cluster.start()
+        self.addCleanup(self.cluster.close)
+        self.run_id = "etcd_%s" % uuid.uuid4().hex[:8]
+
+    def agent(self, tag, nnodes, program, nproc=1, backend="etcd", conf="heartbeat_timeout=2", env=None):
+        args = ["--nnodes=%s" % nnodes, "--nproc_per_node=%d" % nproc, "--rdzv_backend=%s" % backend,
+                "--rdzv_endpoint=%s" % ",".join(self.cluster.endpoints), "--rdzv_id=%s" % self.run_id,
+                "--local_addr=127.0.0.1", "--shutdown_timeout=2",
+                "--rdzv_conf=%s,etcd_prefix=%s" % (conf, PREFIX), "--no_python"] + list(program)
+        e = ml.clean_env({"NODE_TAG": tag})
+        e.update(env or {})
+        return ml.Proc(self, [tl.DDPRUN] + args, env=e, name="agent_" + tag)
+
+    def wait_all(self, jobs, timeout=ml.SAFETY_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        return [j.wait(max(0.1, deadline - time.monotonic())) for j in jobs]
+
+    def records(self):
+        out = []
+        for name in os.listdir(self.tmp):
+            if name.startswith("rec_"):
+                with open(self.path(name)) as f:
+                    out += [line.split() for line in f if len(line.split()) == 6]
+        return out
+
+    def wait_records(self, predicate, jobs, what):
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while not predicate(self.records()):
+            for j in jobs:
+                if j.poll() is not None:
+                    self.fail("an agent exited (%s) while waiting for %s\n%s" % (j.poll(), what, j.result(j.poll()).describe()))
+            if time.monotonic() > deadline:
+                self.fail("no %s within the safety bound; records %s" % (what, self.records()))
+            time.sleep(0.02)
+
+    def recorder(self):
+        return [self.script("record.sh", RECORD % {"d": self.tmp})]
+
+    def assert_job_keys_gone(self):
+        self.assertEqual(self.cluster.keys(PREFIX + "/"), [], "the job left keys in etcd")
+
+    # -----------------------------------------------------------------------------------------
+    def test_two_nodes_form_a_round_and_exit_0(self):
+        program = ["/bin/sh", "-c", "echo rank=$RANK world=$WORLD_SIZE round=$DDPRUN_ROUND store=$DDPRUN_STORE_ADDR"]
+        jobs = [self.agent(t, "2", program) for t in ("a", "b")]
+        results = self.wait_all(jobs)
+        for r in results:
+            self.assertEqual(r.returncode, 0, r.describe())
+            self.assertIn("world=2 round=1 store=etcd://", r.stdout)
+        ranks = sorted(int(re.search(r"rank=(\d)", r.stdout).group(1)) for r in results)
+        self.assertEqual(ranks, [0, 1])
+        self.assert_job_keys_gone()
+
+    def test_etcd_v2_name_and_workers_agree_through_the_store_on_etcd(self):
+        if not os.access(STORE_EXCHANGE, os.X_OK):
+            self.fail("%s not built (ninja store_exchange)" % STORE_EXCHANGE)
+        jobs = [self.agent(t, "2", [STORE_EXCHANGE], nproc=2, backend="etcd-v2") for t in ("a", "b")]
+        results = self.wait_all(jobs)
+        lines = []
+        for r in results:
+            self.assertEqual(r.returncode, 0, r.describe())
+            lines += re.findall(r"rank (\d): arrived=(\d+) leader=(\d)", r.stdout)
+        self.assertEqual(sorted(int(rank) for rank, _, _ in lines), [0, 1, 2, 3])
+        self.assertEqual({arrived for _, arrived, _ in lines}, {"4"})  # every add counted once
+        self.assertEqual(len({leader for _, _, leader in lines}), 1)    # one compare_set winner for all
+        self.assert_job_keys_gone()
+
+    def test_a_worker_failure_ends_the_job_with_its_exit_code_on_every_node(self):
+        jobs = [self.agent("a", "2", self.recorder(), env={"EXIT_CODE": "3"}),
+                self.agent("b", "2", self.recorder())]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
+        with open(self.path("release"), "w"):
+            pass
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 3, r.describe())
+        self.assert_job_keys_gone()
+
+    def test_the_job_survives_killing_the_etcd_leader_mid_round(self):
+        jobs = [self.agent(t, "2", self.recorder()) for t in ("a", "b")]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
+        self.cluster.kill(self.cluster.leader())  # a minority of etcd lost while the round runs
+        time.sleep(3)  # past the heartbeat timeout (2 s): lease renewals must have moved on
+        with open(self.path("release"), "w"):
+            pass
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        self.assertEqual({rec[1] for rec in self.records()}, {"1"}, "the round was restarted: a node was lost")
+        self.assert_job_keys_gone()
+
+    def test_a_node_killed_mid_round_is_dropped_by_its_lease_and_the_survivor_goes_on(self):
+        jobs = [self.agent(t, "1:2", self.recorder()) for t in ("a", "b")]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
+        driver = self.cluster.get("%s/run/%s/rdzv/driver" % (PREFIX, self.run_id))
+        self.assertIsNotNone(driver)
+        driver_pid = int(driver.split(":")[1])
+        victim, survivor = (jobs[1], jobs[0]) if jobs[0].pid == driver_pid else (jobs[0], jobs[1])
+        victim.kill(signal.SIGKILL)
+        victim.wait(ml.SAFETY_TIMEOUT_S)
+        # etcd expires the victim's lease (2 s); the driver restarts the survivor into round 2 alone.
+        self.wait_records(lambda recs: any(r[1] == "2" and r[3] == "1" for r in recs), [survivor],
+                          "round 2 with the survivor alone")
+        with open(self.path("release"), "w"):
+            pass
+        self.assertEqual(survivor.wait(ml.SAFETY_TIMEOUT_S).returncode, 0)
+        self.assertEqual(self.cluster.keys("%s/run/%s/rdzv/nodes/" % (PREFIX, self.run_id)), [])
+
+
+if __name__ == "__main__":
+    unittest_main.main()
