@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/worker_failure_message.h"
 #include "store/etcd/etcd_watch.h"
@@ -63,6 +64,76 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
     msg.mutable_rejected()->set_fatal(r->fatal);
   }
   return msg;
+}
+
+int64_t us(Micros t) { return t.count(); }
+
+pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
+  pb::RendezvousSnapshot m;
+  m.set_run_id(s.runId);
+  auto* r = m.mutable_rules();
+  r->set_min_nodes(s.rules.minNodes);
+  r->set_max_nodes(s.rules.maxNodes);
+  r->set_max_restarts(s.rules.maxRestarts);
+  r->set_join_timeout_ms(static_cast<uint32_t>(us(s.rules.joinTimeout) / 1000));
+  r->set_last_call_timeout_ms(static_cast<uint32_t>(us(s.rules.lastCallTimeout) / 1000));
+  r->set_heartbeat_timeout_ms(static_cast<uint32_t>(us(s.rules.heartbeatTimeout) / 1000));
+  m.set_phase(static_cast<pb::RendezvousSnapshot::Phase>(s.phase));
+  for (const auto& n : s.nodes) {
+    auto* out = m.add_nodes();
+    out->mutable_join()->set_node_id(n.info.nodeId);
+    out->mutable_join()->set_local_world_size(n.info.localWorldSize);
+    out->mutable_join()->set_host(n.info.host);
+    out->mutable_join()->set_master_port(n.info.masterPort);
+    out->mutable_join()->set_node_rank(n.info.nodeRank);
+    out->mutable_join()->set_last_round(n.info.lastRound);
+    out->set_join_seq(n.joinSeq);
+    out->set_group_rank(n.groupRank);
+  }
+  for (const auto& id : s.members) m.add_members(id);
+  for (const auto& id : s.succeededMembers) m.add_succeeded_members(id);
+  m.set_round(s.round);
+  m.set_restart_count(s.restartCount);
+  m.set_next_join_seq(s.nextJoinSeq);
+  m.set_close_at_once(s.closeAtOnce);
+  m.set_join_deadline_left_us(us(s.joinDeadlineLeft));
+  m.set_has_last_call(s.lastCallDeadlineLeft.has_value());
+  if (s.lastCallDeadlineLeft) m.set_last_call_left_us(us(*s.lastCallDeadlineLeft));
+  m.set_notice_seq(noticeSeq);
+  return m;
+}
+
+RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
+  RendezvousState::Snapshot s;
+  s.runId = m.run_id();
+  s.rules.minNodes = m.rules().min_nodes();
+  s.rules.maxNodes = m.rules().max_nodes();
+  s.rules.maxRestarts = m.rules().max_restarts();
+  s.rules.joinTimeout = std::chrono::milliseconds(m.rules().join_timeout_ms());
+  s.rules.lastCallTimeout = std::chrono::milliseconds(m.rules().last_call_timeout_ms());
+  s.rules.heartbeatTimeout = std::chrono::milliseconds(m.rules().heartbeat_timeout_ms());
+  s.phase = static_cast<RendezvousState::Phase>(m.phase());
+  for (const auto& n : m.nodes()) {
+    RendezvousState::SnapshotNode node;
+    node.info.nodeId = n.join().node_id();
+    node.info.localWorldSize = n.join().local_world_size();
+    node.info.host = n.join().host();
+    node.info.masterPort = n.join().master_port();
+    node.info.nodeRank = n.join().node_rank();
+    node.info.lastRound = n.join().last_round();
+    node.joinSeq = n.join_seq();
+    node.groupRank = n.group_rank();
+    s.nodes.push_back(node);
+  }
+  s.members.assign(m.members().begin(), m.members().end());
+  s.succeededMembers.assign(m.succeeded_members().begin(), m.succeeded_members().end());
+  s.round = m.round();
+  s.restartCount = m.restart_count();
+  s.nextJoinSeq = m.next_join_seq();
+  s.closeAtOnce = m.close_at_once();
+  s.joinDeadlineLeft = Micros(m.join_deadline_left_us());
+  if (m.has_last_call()) s.lastCallDeadlineLeft = Micros(m.last_call_left_us());
+  return s;
 }
 
 }  // namespace
@@ -316,31 +387,50 @@ class EtcdRendezvous::Impl {
   // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
   // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
   void drive() {
-    spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
     int64_t revision = 0;
-    // A driver before us left a state: taking a running job over is not built yet (docs/etcd.md).
-    if (client_.get(rdzv_ + "state", &revision)) {
-      std::vector<Notice> out;
-      for (const auto& kv : client_.getPrefix(rdzv_ + "nodes/")) {
-        out.push_back({kv.key.substr((rdzv_ + "nodes/").size()),
-                       JobEnd{false, "the node that drove the rendezvous on etcd was lost; taking over a running job is "
-                                     "not implemented yet", std::nullopt, ""}});
-      }
-      write(out, {});
-      return;
+    auto all = client_.getPrefix(rdzv_, &revision);
+    const std::string nodes = rdzv_ + "nodes/";
+    std::set<std::string> keyed;  // nodes whose key exists: alive, as far as etcd knows
+    std::optional<pb::RendezvousSnapshot> saved;
+    for (const auto& kv : all) {
+      if (startsWith(kv.key, nodes)) keyed.insert(kv.key.substr(nodes.size()));
+      pb::RendezvousSnapshot snap;
+      if (kv.key == rdzv_ + "state" && snap.ParseFromString(kv.value)) saved = snap;
     }
-    RendezvousState state(o_.runId, o_.rules, monotonicNow());
-    std::set<std::string> live;
     std::vector<Notice> out;
     std::vector<std::string> applied;
-    for (const auto& kv : client_.getPrefix(rdzv_, &revision)) apply(state, live, kv.key, &kv.value, out, applied);
+    std::set<std::string> live;
+    Micros now = monotonicNow();
+    // A driver before us was lost: go on from its last write (every write carried the snapshot,
+    // in the same transaction as the notices and the applied events' deletion).
+    RendezvousState state = saved ? RendezvousState::restore(fromProto(*saved), now)
+                                  : RendezvousState(o_.runId, o_.rules, now);
+    if (saved) {
+      noticeSeq_ = saved->notice_seq();
+      spdlog::info("rendezvous (etcd): this node takes over driving job {} at round {}", o_.runId, saved->round());
+      for (const auto& n : saved->nodes()) {
+        const std::string& id = n.join().node_id();
+        if (keyed.count(id)) {
+          live.insert(id);
+        } else {
+          append(out, state.leave(id, "its etcd lease expired (node gone or stopped)", now));
+        }
+      }
+      if (state.phase() == RendezvousState::Phase::kClosed) {
+        write(state, out, applied);
+        return;
+      }
+    } else {
+      spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
+    }
+    for (const auto& kv : all) apply(state, live, kv.key, &kv.value, out, applied);
     EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), revision);
     while (!stopping_) {
       Micros now = monotonicNow();
       for (const auto& id : live) append(out, state.heartbeat(id, now));  // liveness is etcd's lease
       append(out, state.tick(now));
       if (!out.empty() || !applied.empty()) {
-        if (!write(out, applied)) return;
+        if (!write(state, out, applied)) return;
         out.clear();
         applied.clear();
       }
@@ -405,9 +495,9 @@ class EtcdRendezvous::Impl {
     }
   }
 
-  // Notices and the applied events' deletion, in one transaction that holds only while this
+  // Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
   // node is the driver. False when it no longer is.
-  bool write(const std::vector<Notice>& notices, const std::vector<std::string>& applied) {
+  bool write(const RendezvousState& state, const std::vector<Notice>& notices, const std::vector<std::string>& applied) {
     etcdserverpb::TxnRequest t;
     auto* cmp = t.add_compare();
     cmp->set_key(rdzv_ + "driver");
@@ -425,7 +515,7 @@ class EtcdRendezvous::Impl {
     for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
     auto* st = t.add_success()->mutable_request_put();
     st->set_key(rdzv_ + "state");
-    st->set_value("driver=" + o_.nodeId);
+    st->set_value(toProto(state.snapshot(monotonicNow()), noticeSeq_).SerializeAsString());
     st->set_lease(jobLease_);
     if (latestRound > 1) {
       // The workers' keys of the round before (they are fenced by round anyway).

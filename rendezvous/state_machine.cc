@@ -25,6 +25,44 @@ std::optional<std::string> RendezvousState::validateRules(const RendezvousRules&
   return std::nullopt;
 }
 
+RendezvousState::Snapshot RendezvousState::snapshot(Micros now) const {
+  Snapshot s;
+  s.runId = runId_;
+  s.rules = rules_;
+  s.phase = phase_;
+  for (const auto& [id, node] : nodes_) s.nodes.push_back({node.info, node.joinSeq, node.groupRank});
+  s.members = members_;
+  s.succeededMembers.assign(succeededMembers_.begin(), succeededMembers_.end());
+  s.round = round_;
+  s.restartCount = restartCount_;
+  s.nextJoinSeq = nextJoinSeq_;
+  s.closeAtOnce = closeAtOnce_;
+  s.joinDeadlineLeft = joinDeadline_ - now;
+  if (lastCallDeadline_) s.lastCallDeadlineLeft = *lastCallDeadline_ - now;
+  return s;
+}
+
+RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
+  RendezvousState state(s.runId, s.rules, now);
+  state.phase_ = s.phase;
+  for (const auto& n : s.nodes) {
+    Node& node = state.nodes_[n.info.nodeId];
+    node.info = n.info;
+    node.lastSeen = now;
+    node.joinSeq = n.joinSeq;
+    node.groupRank = n.groupRank;
+  }
+  state.members_ = s.members;
+  state.succeededMembers_ = std::set<std::string>(s.succeededMembers.begin(), s.succeededMembers.end());
+  state.round_ = s.round;
+  state.restartCount_ = s.restartCount;
+  state.nextJoinSeq_ = s.nextJoinSeq;
+  state.closeAtOnce_ = s.closeAtOnce;
+  state.joinDeadline_ = now + s.joinDeadlineLeft;
+  if (s.lastCallDeadlineLeft) state.lastCallDeadline_ = now + *s.lastCallDeadlineLeft;
+  return state;
+}
+
 RendezvousState::RendezvousState(std::string runId, RendezvousRules rules, Micros now)
     : runId_(std::move(runId)), rules_(rules) {
   beginGathering(now, false);

@@ -96,6 +96,33 @@ class RendezvousState {
  public:
   enum class Phase { kGathering, kRunning, kClosed };
 
+  // Everything a successor needs to go on where this state stands (the etcd backend's driver
+  // takeover, docs/etcd.md). Not a rule: restore(snapshot(t), t') behaves as this state would,
+  // with deadlines kept as time left (so the successor applies them on its own clock; no two
+  // hosts' clocks are compared) and every node counted as seen at t' (its liveness is the
+  // backend's business: the successor removes the nodes that are gone).
+  struct SnapshotNode {
+    NodeInfo info;
+    uint64_t joinSeq = 0;
+    int groupRank = -1;
+  };
+  struct Snapshot {
+    std::string runId;
+    RendezvousRules rules;
+    Phase phase = Phase::kGathering;
+    std::vector<SnapshotNode> nodes;
+    std::vector<std::string> members;
+    std::vector<std::string> succeededMembers;
+    uint64_t round = 0;
+    int restartCount = 0;
+    uint64_t nextJoinSeq = 0;
+    bool closeAtOnce = false;
+    Micros joinDeadlineLeft{0};
+    std::optional<Micros> lastCallDeadlineLeft;
+  };
+  Snapshot snapshot(Micros now) const;
+  static RendezvousState restore(const Snapshot& snapshot, Micros now);
+
   RendezvousState(std::string runId, RendezvousRules rules, Micros now);
 
   std::vector<Notice> join(const NodeInfo& node, Micros now);

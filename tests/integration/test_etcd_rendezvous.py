@@ -125,12 +125,22 @@ class EtcdRendezvousTest(tl.DdprunTestCase):
         self.assert_job_keys_gone()
 
     def test_a_node_killed_mid_round_is_dropped_by_its_lease_and_the_survivor_goes_on(self):
+        self._kill_one_mid_round(kill_driver=False)
+
+    def test_the_driving_node_killed_mid_round_is_taken_over_and_the_survivor_goes_on(self):
+        # The survivor is elected, restores the lost driver's state (round 1, its members) and
+        # runs round 2, not a second round 1: round numbers stay fencing tokens.
+        self._kill_one_mid_round(kill_driver=True)
+
+    def _kill_one_mid_round(self, kill_driver):
         jobs = [self.agent(t, "1:2", self.recorder()) for t in ("a", "b")]
         self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
         driver = self.cluster.get("%s/run/%s/rdzv/driver" % (PREFIX, self.run_id))
         self.assertIsNotNone(driver)
         driver_pid = int(driver.split(":")[1])
-        victim, survivor = (jobs[1], jobs[0]) if jobs[0].pid == driver_pid else (jobs[0], jobs[1])
+        driving = jobs[0] if jobs[0].pid == driver_pid else jobs[1]
+        other = jobs[1] if driving is jobs[0] else jobs[0]
+        victim, survivor = (driving, other) if kill_driver else (other, driving)
         victim.kill(signal.SIGKILL)
         victim.wait(ml.SAFETY_TIMEOUT_S)
         # etcd expires the victim's lease (2 s); the driver restarts the survivor into round 2 alone.
