@@ -209,7 +209,12 @@ void EtcdClient::authenticate() {
     std::lock_guard<std::mutex> lock(mutex_);
     authToken_.clear();
   }
-  call("authenticate", [&](Member& m, grpc::ClientContext& c) { return m.auth->Authenticate(&c, req, &resp); });
+  try {
+    call("authenticate", [&](Member& m, grpc::ClientContext& c) { return m.auth->Authenticate(&c, req, &resp); });
+  } catch (const StateError& e) {
+    // etcd answers wrong credentials with INVALID_ARGUMENT: a configuration error (exit 2).
+    throw ConfigError(std::string(e.what()) + " (user '" + options_.user + "')");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   authToken_ = resp.token();
 }

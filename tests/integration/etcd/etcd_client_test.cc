@@ -1,10 +1,13 @@
 // EtcdClient and EtcdWatch against a real 3-member etcd 3.4 cluster (etcd_test_cluster.h).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "etcd_test_cluster.h"
 #include "safety_bound.h"
+#include "common/error.h"
 #include "store/etcd/etcd_client.h"
 #include "store/etcd/etcd_watch.h"
 #include "test_skip.h"
@@ -134,4 +137,21 @@ TEST_CASE("etcd client: calls go on while the leader is frozen (SIGSTOP)", "[etc
   CHECK(client.get("/s/after")->value == "2");
   CHECK(client.currentEndpoint() != leader);
   cluster.cont(leader);
+}
+
+TEST_CASE("etcd client: with etcd auth on, a user and password work, a wrong password is a config error", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  if (access("/usr/bin/etcdctl", X_OK) != 0) DDPRUN_SKIP("needs etcdctl (apt-get install etcd-client)");
+  EtcdTestCluster cluster;
+  cluster.enableAuth("trainer", "test-only-pw");
+  auto o = optionsFor(cluster);
+  o.user = "trainer";
+  o.password = "test-only-pw";
+  EtcdClient client(o);
+  client.put("/a/k", "v");
+  CHECK(client.get("/a/k")->value == "v");
+  EtcdClient anonymous(optionsFor(cluster));
+  CHECK_THROWS_AS(anonymous.put("/a/k", "x"), ddprun::Error);  // refused: no user
+  o.password = "wrong";
+  CHECK_THROWS_AS(EtcdClient(o), ddprun::ConfigError);
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -87,6 +88,17 @@ std::size_t EtcdTestCluster::leader() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error("no agreed etcd leader within the safety bound");
+}
+
+void EtcdTestCluster::enableAuth(const std::string& user, const std::string& password) {
+  // etcd needs the root user before auth can be enabled; test credentials only, never real ones.
+  std::string ctl = "ETCDCTL_API=3 timeout 20 /usr/bin/etcdctl --endpoints=" + endpointList() + " ";
+  for (const std::string& cmd : {ctl + "user add root:" + password, ctl + "user grant-role root root",
+                                 user == "root" ? std::string("true") : ctl + "user add " + user + ":" + password,
+                                 user == "root" ? std::string("true") : ctl + "user grant-role " + user + " root",
+                                 ctl + "auth enable"}) {
+    if (std::system((cmd + " >/dev/null 2>&1").c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+  }
 }
 
 void EtcdTestCluster::kill(std::size_t member) {

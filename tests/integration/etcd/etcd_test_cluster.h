@@ -34,6 +34,8 @@ class EtcdTestCluster {
   void kill(std::size_t member);  // SIGKILL
   void stop(std::size_t member);  // SIGSTOP
   void cont(std::size_t member);  // SIGCONT
+  // Adds etcd user `user` (with the root role) and turns authentication on (etcdctl).
+  void enableAuth(const std::string& user, const std::string& password);
 
  private:
   FILE* pipe_ = nullptr;
