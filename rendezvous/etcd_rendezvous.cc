@@ -36,6 +36,8 @@ std::string storePrefix(const std::string& runId, uint64_t round) {
   return "/run/" + runId + "/round/" + std::to_string(round) + "/";
 }
 
+pb::Rejected::Code toProto(RejectCode code);
+
 pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
   pb::ServerMessage msg;
   if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
@@ -60,6 +62,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
       msg.mutable_job_closed()->set_failed_node(e->failedNode);
     }
   } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
+    msg.mutable_rejected()->set_code(toProto(r->code));
     msg.mutable_rejected()->set_message(r->message.substr(0, 1024));
     msg.mutable_rejected()->set_fatal(r->fatal);
   }
@@ -68,16 +71,43 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
 
 int64_t us(Micros t) { return t.count(); }
 
+void toProto(const RendezvousRules& rules, pb::JobRules* r) {
+  r->set_min_nodes(rules.minNodes);
+  r->set_max_nodes(rules.maxNodes);
+  r->set_max_restarts(rules.maxRestarts);
+  r->set_join_timeout_ms(static_cast<uint32_t>(us(rules.joinTimeout) / 1000));
+  r->set_last_call_timeout_ms(static_cast<uint32_t>(us(rules.lastCallTimeout) / 1000));
+  r->set_heartbeat_timeout_ms(static_cast<uint32_t>(us(rules.heartbeatTimeout) / 1000));
+}
+
+RendezvousRules fromProto(const pb::JobRules& r) {
+  RendezvousRules rules;
+  rules.minNodes = r.min_nodes();
+  rules.maxNodes = r.max_nodes();
+  rules.maxRestarts = r.max_restarts();
+  rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
+  rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
+  rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
+  return rules;
+}
+
+pb::Rejected::Code toProto(RejectCode code) {
+  switch (code) {
+    case RejectCode::kStaleRound: return pb::Rejected::STALE_ROUND;
+    case RejectCode::kDuplicateNode: return pb::Rejected::DUPLICATE_NODE;
+    case RejectCode::kJobClosed: return pb::Rejected::JOB_CLOSED;
+    case RejectCode::kRulesMismatch: return pb::Rejected::RULES_MISMATCH;
+    case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
+    case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
+    case RejectCode::kEvicted: return pb::Rejected::EVICTED;
+  }
+  return pb::Rejected::UNSPECIFIED;
+}
+
 pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
   pb::RendezvousSnapshot m;
   m.set_run_id(s.runId);
-  auto* r = m.mutable_rules();
-  r->set_min_nodes(s.rules.minNodes);
-  r->set_max_nodes(s.rules.maxNodes);
-  r->set_max_restarts(s.rules.maxRestarts);
-  r->set_join_timeout_ms(static_cast<uint32_t>(us(s.rules.joinTimeout) / 1000));
-  r->set_last_call_timeout_ms(static_cast<uint32_t>(us(s.rules.lastCallTimeout) / 1000));
-  r->set_heartbeat_timeout_ms(static_cast<uint32_t>(us(s.rules.heartbeatTimeout) / 1000));
+  toProto(s.rules, m.mutable_rules());
   m.set_phase(static_cast<pb::RendezvousSnapshot::Phase>(s.phase));
   for (const auto& n : s.nodes) {
     auto* out = m.add_nodes();
@@ -106,12 +136,7 @@ pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noti
 RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
   RendezvousState::Snapshot s;
   s.runId = m.run_id();
-  s.rules.minNodes = m.rules().min_nodes();
-  s.rules.maxNodes = m.rules().max_nodes();
-  s.rules.maxRestarts = m.rules().max_restarts();
-  s.rules.joinTimeout = std::chrono::milliseconds(m.rules().join_timeout_ms());
-  s.rules.lastCallTimeout = std::chrono::milliseconds(m.rules().last_call_timeout_ms());
-  s.rules.heartbeatTimeout = std::chrono::milliseconds(m.rules().heartbeat_timeout_ms());
+  s.rules = fromProto(m.rules());
   s.phase = static_cast<RendezvousState::Phase>(m.phase());
   for (const auto& n : m.nodes()) {
     RendezvousState::SnapshotNode node;
@@ -147,6 +172,10 @@ class EtcdRendezvous::Impl {
     jobPrefix_ = root + "/run/" + o_.runId + "/";
     rdzv_ = jobPrefix_ + "rdzv/";
     for (const auto& e : o_.client.endpoints) storeAddr_ += (storeAddr_.empty() ? "etcd://" : ",") + e;
+    // Rules travel in milliseconds (JobRules): compare and run them at that precision.
+    pb::JobRules wire;
+    toProto(o_.rules, &wire);
+    o_.rules = fromProto(wire);
     if (auto invalid = RendezvousState::validateRules(o_.rules)) throw ConfigError(*invalid);
     heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(o_.rules.heartbeatTimeout);
   }
@@ -156,6 +185,17 @@ class EtcdRendezvous::Impl {
   void join(RendezvousListener* listener) {
     DDPRUN_CHECK(listener != nullptr && listener_ == nullptr, "join once, with a listener");
     listener_ = listener;
+    try {
+      joinEtcd();
+    } catch (const ConfigError& e) {
+      fail(std::string("etcd refused this node's configuration: ") + e.what(), kExitUsage);
+    } catch (const Error& e) {
+      // etcd unreachable (no member answered within the retry timeout): an infrastructure failure.
+      fail(std::string("cannot join the rendezvous on etcd: ") + e.what());
+    }
+  }
+
+  void joinEtcd() {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     auto ttl = std::chrono::seconds(std::max<int64_t>(2, (heartbeat_.count() + 999) / 1000));
     jobLease_ = jobLease(ttl * 2);
@@ -171,6 +211,7 @@ class EtcdRendezvous::Impl {
     j.set_host(o_.host);
     j.set_master_port(o_.masterPort);
     j.set_node_rank(o_.nodeRank);
+    toProto(o_.rules, j.mutable_rules());
     client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), nodeLease_);
     threads_.emplace_back([this] { keepAlive(); });
     threads_.emplace_back([this] { follow(); });
@@ -199,8 +240,9 @@ class EtcdRendezvous::Impl {
     // wait step (kStep).
     for (auto& t : threads_) t.join();
     notices_.reset();
+    if (nodeLease_ == 0) return;  // never joined: nothing of ours in etcd
     try {
-      if (nodeLease_ != 0) client_.revokeLease(nodeLease_);
+      client_.revokeLease(nodeLease_);
       // The last node out removes the job: its state, notices and the workers' keys.
       if (client_.countPrefix(rdzv_ + "nodes/") == 0) {
         client_.deletePrefix(jobPrefix_);
@@ -268,15 +310,15 @@ class EtcdRendezvous::Impl {
     }
   }
 
-  void fail(const std::string& why) {
+  void fail(const std::string& why, int exitStatus = kExitInfrastructure) {
     if (closed_.exchange(true)) return;
     uint64_t round = round_;
-    post_([listener = listener_, round, why] {
+    post_([listener = listener_, round, why, exitStatus] {
       if (round > 0) listener->onFenced(round, why, std::chrono::milliseconds(0));
       JobClosure c;
       c.outcome = JobOutcome::kFailed;
       c.reason = why;
-      c.exitStatus = kExitInfrastructure;
+      c.exitStatus = exitStatus;
       listener->onJobClosed(c);
     });
   }
@@ -342,7 +384,13 @@ class EtcdRendezvous::Impl {
           spdlog::warn("rendezvous (etcd): {}", msg.rejected().message());
           return true;
         }
-        fail("the rendezvous refused this node: " + msg.rejected().message());
+        {
+          const auto code = msg.rejected().code();
+          const bool configuration = code == pb::Rejected::RULES_MISMATCH || code == pb::Rejected::MALFORMED ||
+                                     code == pb::Rejected::DUPLICATE_NODE;
+          fail("the rendezvous refused this node: " + msg.rejected().message(),
+               configuration ? kExitUsage : kExitInfrastructure);
+        }
         return false;
       default:
         return true;
@@ -471,6 +519,13 @@ class EtcdRendezvous::Impl {
       }
       pb::Join j;
       if (live.count(id) || !j.ParseFromString(*value)) return;
+      if (RendezvousRules theirs = fromProto(j.rules()); !(theirs == state.rules())) {
+        out.push_back({id, Rejection{RejectCode::kRulesMismatch,
+                                     "job '" + o_.runId + "' runs with other settings: " +
+                                         RendezvousState::rulesDifference(theirs, state.rules()),
+                                     true}});
+        return;
+      }
       NodeInfo info;
       info.nodeId = id;
       info.localWorldSize = j.local_world_size();

@@ -119,23 +119,6 @@ std::optional<std::string> validateJoin(const pb::Join& join) {
 
 std::string millis(Micros t) { return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms"; }
 
-// "nodes 2..2 here, 1..4 in the job; max_restarts 0 here, 3 in the job": what a node that is
-// refused for other rules needs to see.
-std::string rulesDifference(const RendezvousRules& mine, const RendezvousRules& job) {
-  std::string out;
-  auto add = [&](const std::string& name, const std::string& here, const std::string& there) {
-    if (here == there) return;
-    out += (out.empty() ? "" : "; ") + name + " " + here + " here, " + there + " in the job";
-  };
-  auto nodes = [](const RendezvousRules& r) { return std::to_string(r.minNodes) + ".." + std::to_string(r.maxNodes); };
-  add("nnodes", nodes(mine), nodes(job));
-  add("max_restarts", std::to_string(mine.maxRestarts), std::to_string(job.maxRestarts));
-  add("join_timeout", millis(mine.joinTimeout), millis(job.joinTimeout));
-  add("last_call_timeout", millis(mine.lastCallTimeout), millis(job.lastCallTimeout));
-  add("heartbeat_timeout", millis(mine.heartbeatTimeout), millis(job.heartbeatTimeout));
-  return out;
-}
-
 RendezvousRules toRules(const pb::JobRules& r) {
   RendezvousRules rules;
   rules.minNodes = r.min_nodes();
@@ -396,7 +379,7 @@ class RendezvousService::Impl {
                              : "; " + std::to_string(old.sessions.size()) + " agent(s) are in it";
       post(s,
            rejection(pb::Rejected::RULES_MISMATCH, "job '" + join.run_id() + "' runs with other settings: " +
-                                                       rulesDifference(rules, old.state->rules()) + idle),
+                                                       RendezvousState::rulesDifference(rules, old.state->rules()) + idle),
            true, fx);
       return false;
     }

@@ -25,6 +25,24 @@ std::optional<std::string> RendezvousState::validateRules(const RendezvousRules&
   return std::nullopt;
 }
 
+std::string RendezvousState::rulesDifference(const RendezvousRules& mine, const RendezvousRules& job) {
+  auto millis = [](Micros t) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms";
+  };
+  std::string out;
+  auto add = [&](const std::string& name, const std::string& here, const std::string& there) {
+    if (here == there) return;
+    out += (out.empty() ? "" : "; ") + name + " " + here + " here, " + there + " in the job";
+  };
+  auto nodes = [](const RendezvousRules& r) { return std::to_string(r.minNodes) + ".." + std::to_string(r.maxNodes); };
+  add("nnodes", nodes(mine), nodes(job));
+  add("max_restarts", std::to_string(mine.maxRestarts), std::to_string(job.maxRestarts));
+  add("join_timeout", millis(mine.joinTimeout), millis(job.joinTimeout));
+  add("last_call_timeout", millis(mine.lastCallTimeout), millis(job.lastCallTimeout));
+  add("heartbeat_timeout", millis(mine.heartbeatTimeout), millis(job.heartbeatTimeout));
+  return out;
+}
+
 RendezvousState::Snapshot RendezvousState::snapshot(Micros now) const {
   Snapshot s;
   s.runId = runId_;

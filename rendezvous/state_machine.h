@@ -149,6 +149,9 @@ class RendezvousState {
 
   // Rules that a Join may carry; nullopt when valid, else the reason.
   static std::optional<std::string> validateRules(const RendezvousRules& rules);
+  // "nnodes 2..2 here, 1..4 in the job; max_restarts 0 here, 3 in the job": what a node refused
+  // for other rules needs to see (empty when they are equal).
+  static std::string rulesDifference(const RendezvousRules& mine, const RendezvousRules& job);
 
  private:
   struct Node {

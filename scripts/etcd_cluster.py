@@ -62,16 +62,51 @@ def _pdeathsig(sig):
     return set_it
 
 
-def _post_json(endpoint, path, body, timeout=1.0):
-    req = urllib.request.Request(f"http://{endpoint}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+def _open(url, data=None, timeout=1.0, certs=None):
+    """urlopen, with the cluster's CA and client certificate when it speaks TLS."""
+    if certs is None:
+        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                     method="POST" if data is not None else "GET")
+        return urllib.request.urlopen(req, timeout=timeout)
+    import ssl
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    ctx.load_cert_chain(certs["client_cert"], certs["client_key"])
+    req = urllib.request.Request(url.replace("http://", "https://", 1), data=data,
+                                 headers={"Content-Type": "application/json"}, method="POST" if data is not None else "GET")
+    return urllib.request.urlopen(req, timeout=timeout, context=ctx)
+
+
+def _post_json(endpoint, path, body, timeout=1.0, certs=None):
+    with _open(f"http://{endpoint}{path}", json.dumps(body).encode(), timeout, certs) as r:
         return json.loads(r.read().decode())
 
 
+def _make_certs(folder):
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate (openssl), for
+    tests only. Returns dict(ca=..., server_cert=..., server_key=..., client_cert=..., client_key=...)."""
+    p = lambda name: os.path.join(folder, name)  # noqa: E731
+    run = lambda *a: subprocess.run(list(a), check=True, capture_output=True, timeout=60)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ddprun-test-ca",
+        "-keyout", p("ca.key"), "-out", p("ca.pem"))
+    for who, ext in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth"),
+                     ("client", "extendedKeyUsage=clientAuth")):
+        with open(p(who + ".ext"), "w") as f:
+            f.write(ext)
+        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ddprun-test-" + who,
+            "-keyout", p(who + ".key"), "-out", p(who + ".csr"))
+        run("openssl", "x509", "-req", "-in", p(who + ".csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"),
+            "-CAcreateserial", "-days", "2", "-extfile", p(who + ".ext"), "-out", p(who + ".pem"))
+    return dict(ca=p("ca.pem"), server_cert=p("server.pem"), server_key=p("server.key"),
+                client_cert=p("client.pem"), client_key=p("client.key"))
+
+
 class EtcdCluster:
-    def __init__(self, size=3, base_dir=None):
+    def __init__(self, size=3, base_dir=None, tls=False):
+        """tls: clients must speak TLS with a client certificate signed by the cluster's own CA
+        (self.certs names the files; the peers talk plain HTTP on loopback)."""
         self.size = size
+        self.tls = tls
+        self.certs = None
         self.dir = tempfile.mkdtemp(prefix="ddprun-etcd-", dir=base_dir)
         ports = _free_ports(2 * size)
         self.client_ports = ports[:size]
@@ -84,6 +119,8 @@ class EtcdCluster:
     # -- lifecycle --------------------------------------------------------------------------
     def start(self):
         try:
+            if self.tls:
+                self.certs = _make_certs(self.dir)
             initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(self.peer_ports))
             token = "ddprun-test-" + os.path.basename(self.dir)
             for i in range(self.size):
@@ -97,12 +134,16 @@ class EtcdCluster:
     def _start_member(self, i, initial, token):
         c, p = self.client_ports[i], self.peer_ports[i]
         log = open(os.path.join(self.dir, f"m{i}.log"), "wb")
+        scheme = "https" if self.tls else "http"
         cmd = [ETCD, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}.data"),
-               "--listen-client-urls", f"http://127.0.0.1:{c}", "--advertise-client-urls", f"http://127.0.0.1:{c}",
+               "--listen-client-urls", f"{scheme}://127.0.0.1:{c}", "--advertise-client-urls", f"{scheme}://127.0.0.1:{c}",
                "--listen-peer-urls", f"http://127.0.0.1:{p}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
                "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", token,
                # Fast elections on loopback (defaults: 100 ms heartbeat, 1 s election).
                "--heartbeat-interval", "50", "--election-timeout", "500"]
+        if self.tls:
+            cmd += ["--cert-file", self.certs["server_cert"], "--key-file", self.certs["server_key"],
+                    "--trusted-ca-file", self.certs["ca"], "--client-cert-auth"]
         self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          preexec_fn=_pdeathsig(signal.SIGKILL))
         log.close()
@@ -117,7 +158,7 @@ class EtcdCluster:
                 if self.procs[i].poll() is not None:
                     raise RuntimeError(f"etcd member m{i} exited with {self.procs[i].returncode}: {self.log_tail(i)}")
                 try:
-                    with urllib.request.urlopen(f"http://{self.endpoints[i]}/health", timeout=1.0) as r:
+                    with _open(f"http://{self.endpoints[i]}/health", timeout=1.0, certs=self.certs) as r:
                         if json.loads(r.read().decode()).get("health") == "true":
                             pending.discard(i)
                 except OSError:
@@ -165,7 +206,7 @@ class EtcdCluster:
 
     def status(self, i):
         """The v3 Maintenance/Status of member i (JSON gateway): member_id and leader, as ints."""
-        s = _post_json(self.endpoints[i], "/v3/maintenance/status", {})
+        s = _post_json(self.endpoints[i], "/v3/maintenance/status", {}, certs=self.certs)
         return int(s["header"]["member_id"]), int(s.get("leader", 0))
 
     def leader(self, bound_s=START_BOUND_S):
@@ -197,7 +238,7 @@ class EtcdCluster:
                 "keys_only": True}
         for i in self.alive():
             try:
-                r = _post_json(self.endpoints[i], "/v3/kv/range", body, timeout=5.0)
+                r = _post_json(self.endpoints[i], "/v3/kv/range", body, timeout=5.0, certs=self.certs)
                 return sorted(base64.b64decode(kv["key"]).decode(errors="replace") for kv in r.get("kvs", []))
             except OSError:
                 continue
@@ -209,7 +250,7 @@ class EtcdCluster:
         body = {"key": base64.b64encode(key.encode()).decode()}
         for i in self.alive():
             try:
-                r = _post_json(self.endpoints[i], "/v3/kv/range", body, timeout=5.0)
+                r = _post_json(self.endpoints[i], "/v3/kv/range", body, timeout=5.0, certs=self.certs)
                 kvs = r.get("kvs", [])
                 return base64.b64decode(kvs[0]["value"]).decode(errors="replace") if kvs else None
             except OSError:

@@ -315,7 +315,8 @@ int64_t EtcdClient::keepAliveOnce(int64_t id) {
     req.set_id(id);
     etcdserverpb::LeaseKeepAliveResponse resp;
     if (!stream->Write(req) || !stream->Read(&resp)) {
-      c.TryCancel();
+      // The call is over (member gone, deadline): Finish says why. Cancelling first would turn
+      // every such failure into CANCELLED, which is not retried on another member.
       grpc::Status s = stream->Finish();
       return s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keepalive stream ended") : s;
     }

@@ -28,13 +28,16 @@ exit "${EXIT_CODE:-0}"
 """
 
 
-class EtcdRendezvousTest(tl.DdprunTestCase):
+class EtcdTestBase(tl.DdprunTestCase):
+    """A fresh cluster per test, and agents of this test's job on it."""
+    TLS = False
+
     def setUp(self):
         super().setUp()
         reason = etcd_available()
         if reason:
             self.skipTest(reason)
-        self.cluster = EtcdCluster(size=3)
+        self.cluster = EtcdCluster(size=3, tls=self.TLS)
         self.cluster.start()
         self.addCleanup(self.cluster.close)
         self.run_id = "etcd_%s" % uuid.uuid4().hex[:8]
@@ -76,7 +79,9 @@ class EtcdRendezvousTest(tl.DdprunTestCase):
     def assert_job_keys_gone(self):
         self.assertEqual(self.cluster.keys(PREFIX + "/"), [], "the job left keys in etcd")
 
-    # -----------------------------------------------------------------------------------------
+
+
+class EtcdRendezvousTest(EtcdTestBase):
     def test_two_nodes_form_a_round_and_exit_0(self):
         program = ["/bin/sh", "-c", "echo rank=$RANK world=$WORLD_SIZE round=$DDPRUN_ROUND store=$DDPRUN_STORE_ADDR"]
         jobs = [self.agent(t, "2", program) for t in ("a", "b")]
@@ -132,6 +137,20 @@ class EtcdRendezvousTest(tl.DdprunTestCase):
         # runs round 2, not a second round 1: round numbers stay fencing tokens.
         self._kill_one_mid_round(kill_driver=True)
 
+    def test_a_node_with_other_rules_is_refused_with_exit_2_naming_the_difference(self):
+        first = self.agent("a", "2", self.recorder())
+        key = "%s/run/%s/rdzv/driver" % (PREFIX, self.run_id)
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while self.cluster.get(key) is None:  # "a" drives, so the job's rules are its own
+            self.assertIsNone(first.poll(), first.result(first.poll()).describe())
+            self.assertLess(time.monotonic(), deadline, "no driver within the safety bound")
+            time.sleep(0.02)
+        other = self.agent("b", "3", self.recorder())
+        r = other.wait(ml.SAFETY_TIMEOUT_S)
+        self.assertEqual(r.returncode, 2, r.describe())
+        self.assertIn("nnodes 3..3 here, 2..2 in the job", r.stderr + r.stdout)
+        self.assertIsNone(first.poll(), "the job's own node must not be affected")
+
     def _kill_one_mid_round(self, kill_driver):
         jobs = [self.agent(t, "1:2", self.recorder()) for t in ("a", "b")]
         self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
@@ -150,6 +169,34 @@ class EtcdRendezvousTest(tl.DdprunTestCase):
             pass
         self.assertEqual(survivor.wait(ml.SAFETY_TIMEOUT_S).returncode, 0)
         self.assertEqual(self.cluster.keys("%s/run/%s/rdzv/nodes/" % (PREFIX, self.run_id)), [])
+
+
+class EtcdTlsTest(EtcdTestBase):
+    """The same backend on a cluster that only speaks TLS with client certificates."""
+    TLS = True
+
+    def tls_conf(self):
+        c = self.cluster.certs
+        return "heartbeat_timeout=2,protocol=https,cacert=%s,cert=%s,key=%s" % (c["ca"], c["client_cert"], c["client_key"])
+
+    def test_two_nodes_over_tls_agree_through_the_store_and_exit_0(self):
+        if not os.access(STORE_EXCHANGE, os.X_OK):
+            self.fail("%s not built (ninja store_exchange)" % STORE_EXCHANGE)
+        jobs = [self.agent(t, "2", [STORE_EXCHANGE], nproc=2, conf=self.tls_conf()) for t in ("a", "b")]
+        lines = []
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+            lines += re.findall(r"rank (\d): arrived=(\d+) leader=(\d)", r.stdout)
+        self.assertEqual(sorted(int(rank) for rank, _, _ in lines), [0, 1, 2, 3])
+        self.assertEqual({arrived for _, arrived, _ in lines}, {"4"})
+        self.assert_job_keys_gone()
+
+    def test_without_the_client_certificate_the_agent_cannot_join(self):
+        # Plain HTTP against a TLS-only cluster: the agent fails as for an unreachable rendezvous.
+        job = self.agent("a", "1", ["/bin/true"], conf="heartbeat_timeout=2")
+        r = job.wait(ml.SAFETY_TIMEOUT_S + 30)
+        self.assertEqual(r.returncode, ml.EXIT_INFRASTRUCTURE, r.describe())
+        self.assertIn("cannot join the rendezvous on etcd", r.stderr + r.stdout)
 
 
 if __name__ == "__main__":
