@@ -40,7 +40,7 @@ std::string newNodeId() {
 }
 
 // --rdzv_backend=etcd: no server of ours; the agents meet in etcd (docs/etcd.md).
-MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post) {
+MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fence) {
   EtcdRendezvousOptions o;
   o.client.endpoints = parseEtcdEndpoints(cfg.rdzvEndpoint);
   o.client.tls = cfg.etcdTls;
@@ -71,6 +71,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post) {
   // etcd cannot tell us the address we connect from: the node's own name, as torch's etcd backend.
   o.host = !cfg.localAddr.empty() ? cfg.localAddr : hostName();
   o.masterPort = findFreePort("");
+  o.onFenceDeadline = std::move(fence);
   // The workers' store is on etcd too; they find its key root and TLS files in the environment
   // the agent passes on (set before any worker exists).
   ::setenv("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix.c_str(), 1);
@@ -91,7 +92,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post) {
 // endpoint is a free address of this machine (as torchrun's c10d does).
 MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post, FenceFn fence) {
   prepareGrpcRuntime();
-  if (cfg.rdzvBackend == "etcd") return startEtcd(cfg, std::move(post));
+  if (cfg.rdzvBackend == "etcd") return startEtcd(cfg, std::move(post), std::move(fence));
   MultiNodeRendezvous out;
   std::string token = readToken(cfg);
   RendezvousServerOptions serverOptions;

@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/grpc_rendezvous.h"  // FenceTiming
 #include "rendezvous/worker_failure_message.h"
 #include "store/etcd/etcd_watch.h"
 
@@ -178,6 +179,7 @@ class EtcdRendezvous::Impl {
     o_.rules = fromProto(wire);
     if (auto invalid = RendezvousState::validateRules(o_.rules)) throw ConfigError(*invalid);
     heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(o_.rules.heartbeatTimeout);
+    timing_ = FenceTiming::forHeartbeatTimeout(o_.rules.heartbeatTimeout);
   }
 
   ~Impl() { shutdown(); }
@@ -199,7 +201,9 @@ class EtcdRendezvous::Impl {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     auto ttl = std::chrono::seconds(std::max<int64_t>(2, (heartbeat_.count() + 999) / 1000));
     jobLease_ = jobLease(ttl * 2);
+    auto sent = SteadyClock::now();
     nodeLease_ = client_.grantLease(ttl);
+    renewed(sent);
     int64_t revision = 0;
     client_.get(rdzv_ + "nodes/" + o_.nodeId, &revision);
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
@@ -287,24 +291,32 @@ class EtcdRendezvous::Impl {
     return cv_.wait_for(lock, d, [&] { return stopping_.load(); });
   }
 
+  // The node's lease was renewed by a request sent at `sent`: etcd cannot expire it before
+  // sent + TTL, and TTL >= H (whole seconds, rounded up), so the watchdog's deadline
+  // sent + 13H/16 and the agent's own fence at sent + 5H/8 both come first (docs/rendezvous.md's
+  // argument, with etcd's lease in place of the server's heartbeat clock).
+  void renewed(SteadyClock::time_point sent) {
+    lastRenewal_ = sent;
+    if (o_.onFenceDeadline) o_.onFenceDeadline(sent + timing_.watchdogKill);
+  }
+
   // Renews both leases every H/8. A node whose lease expired was declared dead by etcd and the
   // others may go on without it: its workers are fenced and the job ends for it (exit 200).
   void keepAlive() {
-    auto lastOk = SteadyClock::now();
-    while (!waitStopping(std::max(heartbeat_ / 8, std::chrono::milliseconds(50)))) {
+    while (!waitStopping(timing_.heartbeatInterval)) {
       auto sent = SteadyClock::now();
       try {
         if (client_.keepAliveOnce(nodeLease_) == 0) {
           fail("this node's etcd lease expired: the job may go on without it");
           return;
         }
+        renewed(sent);
         client_.keepAliveOnce(jobLease_);
-        lastOk = sent;
       } catch (const Error& e) {
         spdlog::warn("rendezvous (etcd): lease renewal failed: {}", e.what());
       }
-      if (SteadyClock::now() - lastOk > heartbeat_ * 5 / 8) {
-        fail("etcd unreachable for " + std::to_string(heartbeat_.count() * 5 / 8) + " ms: this node may be declared dead");
+      if (SteadyClock::now() - lastRenewal_ > timing_.agentFence) {
+        fail("etcd unreachable for " + std::to_string(timing_.agentFence.count()) + " ms: this node may be declared dead");
         return;
       }
     }
@@ -592,6 +604,8 @@ class EtcdRendezvous::Impl {
   EtcdClient client_;
   std::string jobPrefix_, rdzv_, storeAddr_;
   std::chrono::milliseconds heartbeat_{5000};
+  FenceTiming timing_{};
+  SteadyClock::time_point lastRenewal_;
   RendezvousListener* listener_ = nullptr;
   int64_t jobLease_ = 0, nodeLease_ = 0;
   std::atomic<uint64_t> eventSeq_{0};

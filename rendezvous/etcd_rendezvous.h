@@ -26,6 +26,10 @@ struct EtcdRendezvousOptions {
   std::string host;                // this node's address for MASTER_ADDR (required: etcd sees no peer)
   int masterPort = 0;
   int nodeRank = -1;
+  // Fencing (docs/rendezvous.md, docs/etcd.md): called with the latest time by which this node's
+  // workers must be dead unless the node's lease is renewed again (the supervisor hands it to the
+  // watchdog, which kills them even if this process is frozen).
+  std::function<void(std::chrono::steady_clock::time_point)> onFenceDeadline;
 };
 
 class EtcdRendezvous final : public Rendezvous {

@@ -118,10 +118,13 @@ class EtcdRendezvousTest(EtcdTestBase):
         self.assert_job_keys_gone()
 
     def test_the_job_survives_killing_the_etcd_leader_mid_round(self):
-        jobs = [self.agent(t, "2", self.recorder()) for t in ("a", "b")]
+        # Lease renewals must reach a new etcd leader within 5H/8 (the agent fences itself after
+        # that): H = 4 s leaves 2.5 s for the election (500 ms timeout here) on a loaded machine;
+        # with H = 2 s (1.25 s) a run under load fenced (docs/etcd.md).
+        jobs = [self.agent(t, "2", self.recorder(), conf="heartbeat_timeout=4") for t in ("a", "b")]
         self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
         self.cluster.kill(self.cluster.leader())  # a minority of etcd lost while the round runs
-        time.sleep(3)  # past the heartbeat timeout (2 s): lease renewals must have moved on
+        time.sleep(5)  # past the heartbeat timeout (4 s): lease renewals must have moved on
         with open(self.path("release"), "w"):
             pass
         for r in self.wait_all(jobs):
@@ -150,6 +153,39 @@ class EtcdRendezvousTest(EtcdTestBase):
         self.assertEqual(r.returncode, 2, r.describe())
         self.assertIn("nnodes 3..3 here, 2..2 in the job", r.stderr + r.stdout)
         self.assertIsNone(first.poll(), "the job's own node must not be affected")
+
+    def test_a_frozen_agent_is_fenced_by_its_watchdog_before_the_others_go_on(self):
+        # The agent is SIGSTOPped: it cannot renew its lease nor stop its workers. Its watchdog
+        # kills them at 13H/16 after the last renewal, before etcd expires the lease (>= H) and
+        # the driver starts round 2 without it (docs/etcd.md, docs/rendezvous.md "Fencing").
+        if not os.access(os.path.join(tl.BIN_DIR, "ddprun-watchdog"), os.X_OK):
+            self.fail("ddprun-watchdog not built (ninja ddprun-watchdog)")
+        jobs = [self.agent(t, "1:2", self.recorder()) for t in ("a", "b")]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
+        driver = self.cluster.get("%s/run/%s/rdzv/driver" % (PREFIX, self.run_id))
+        driving = jobs[0] if jobs[0].pid == int(driver.split(":")[1]) else jobs[1]
+        frozen = jobs[1] if driving is jobs[0] else jobs[0]
+        frozen_tag = "b" if frozen is jobs[1] else "a"
+        worker_pid = [pid for pid, rec in self.records_by_pid().items() if rec[0] == frozen_tag][0]
+        os.kill(frozen.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: frozen.kill(signal.SIGCONT))
+        self.wait_records(lambda recs: any(r[1] == "2" and r[3] == "1" for r in recs), [driving],
+                          "round 2 with the other node alone")
+        self.assertIn(tl._proc_state(worker_pid), (None, "Z"),
+                      "the frozen node's worker of round 1 was alive when round 2 started")
+        with open(self.path("release"), "w"):
+            pass
+        self.assertEqual(driving.wait(ml.SAFETY_TIMEOUT_S).returncode, 0)
+
+    def records_by_pid(self):
+        out = {}
+        for name in os.listdir(self.tmp):
+            if name.startswith("rec_"):
+                with open(self.path(name)) as f:
+                    lines = [line.split() for line in f if len(line.split()) == 6]
+                if lines:
+                    out[int(name[4:])] = lines[0]
+        return out
 
     def _kill_one_mid_round(self, kill_driver):
         jobs = [self.agent(t, "1:2", self.recorder()) for t in ("a", "b")]
