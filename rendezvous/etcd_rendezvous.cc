@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -199,15 +200,27 @@ class EtcdRendezvous::Impl {
 
   void joinEtcd() {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
-    auto ttl = std::chrono::seconds(std::max<int64_t>(2, (heartbeat_.count() + 999) / 1000));
-    jobLease_ = jobLease(ttl * 2);
-    auto sent = SteadyClock::now();
-    nodeLease_ = client_.grantLease(ttl);
-    renewed(sent);
+    jobLease_ = jobLease(ttl() * 2);
     int64_t revision = 0;
     client_.get(rdzv_ + "nodes/" + o_.nodeId, &revision);
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
                                            etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), revision);
+    putNode();
+    threads_.emplace_back([this] { keepAlive(); });
+    threads_.emplace_back([this] { follow(); });
+    threads_.emplace_back([this] { elect(); });
+  }
+
+  // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
+  std::chrono::seconds ttl() const { return std::chrono::seconds(std::max<int64_t>(2, (heartbeat_.count() + 999) / 1000)); }
+
+  // A fresh node lease and this node's key on it: the driver reads a join (after the leave of
+  // the old key, if it had one: etcd orders the two).
+  void putNode() {
+    auto sent = SteadyClock::now();
+    int64_t lease = client_.grantLease(ttl());
+    nodeLease_ = lease;
+    renewed(sent);
     pb::Join j;
     j.set_run_id(o_.runId);
     j.set_node_id(o_.nodeId);
@@ -215,12 +228,13 @@ class EtcdRendezvous::Impl {
     j.set_host(o_.host);
     j.set_master_port(o_.masterPort);
     j.set_node_rank(o_.nodeRank);
+    j.set_last_round(round_);
+    j.set_has_last_round(round_ > 0);
     toProto(o_.rules, j.mutable_rules());
-    client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), nodeLease_);
-    threads_.emplace_back([this] { keepAlive(); });
-    threads_.emplace_back([this] { follow(); });
-    threads_.emplace_back([this] { elect(); });
+    client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
   }
+
+  bool fenced(uint64_t round) const { return round != 0 && round <= fencedThrough_.load(); }
 
   void report(const pb::AgentMessage& msg) {
     if (nodeLease_ == 0) return;
@@ -305,21 +319,54 @@ class EtcdRendezvous::Impl {
   void keepAlive() {
     while (!waitStopping(timing_.heartbeatInterval)) {
       auto sent = SteadyClock::now();
+      std::string lost;
       try {
         if (client_.keepAliveOnce(nodeLease_) == 0) {
-          fail("this node's etcd lease expired: the job may go on without it");
-          return;
+          lost = "this node's etcd lease expired: the job may have gone on without it";
+        } else {
+          renewed(sent);
+          client_.keepAliveOnce(jobLease_);
         }
-        renewed(sent);
-        client_.keepAliveOnce(jobLease_);
       } catch (const Error& e) {
         spdlog::warn("rendezvous (etcd): lease renewal failed: {}", e.what());
       }
-      if (SteadyClock::now() - lastRenewal_ > timing_.agentFence) {
-        fail("etcd unreachable for " + std::to_string(timing_.agentFence.count()) + " ms: this node may be declared dead");
-        return;
+      if (lost.empty() && SteadyClock::now() - lastRenewal_ > timing_.agentFence) {
+        lost = "etcd unreachable for " + std::to_string(timing_.agentFence.count()) + " ms: this node may be declared dead";
       }
+      if (!lost.empty() && !rejoin(lost)) return;
     }
+  }
+
+  // As the gRPC backend (docs/rendezvous.md, "Fencing"): the workers of the running round are
+  // killed now, and the node joins again as a newcomer of the next round within
+  // 2 x heartbeat_timeout, else it ends with exit 200.
+  bool rejoin(const std::string& why) {
+    uint64_t round = round_;
+    uint64_t prev = fencedThrough_.load();
+    while (prev < round && !fencedThrough_.compare_exchange_weak(prev, round)) {
+    }
+    if (round > 0) {
+      post_([listener = listener_, round, why] { listener->onFenced(round, why, std::chrono::milliseconds(0)); });
+    }
+    spdlog::warn("rendezvous (etcd): {}; joining again", why);
+    const auto deadline = SteadyClock::now() + 2 * heartbeat_;
+    std::mt19937_64 rng{std::random_device{}()};
+    auto backoff = std::chrono::milliseconds(50);
+    while (!stopping_ && !closed_ && SteadyClock::now() < deadline) {
+      try {
+        // The old key goes first (its lease, if etcd still has it), so the driver reads a leave
+        // and then a join, never a silent rewrite of a member's key.
+        client_.revokeLease(nodeLease_);
+        putNode();
+        return true;
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): joining again failed: {}", e.what());
+      }
+      waitStopping(std::chrono::milliseconds(std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(rng)));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    }
+    fail(why + "; could not join again within " + std::to_string(2 * heartbeat_.count()) + " ms");
+    return false;
   }
 
   void fail(const std::string& why, int exitStatus = kExitInfrastructure) {
@@ -428,8 +475,8 @@ class EtcdRendezvous::Impl {
         t.add_failure()->mutable_request_range()->set_key(key);
         auto resp = client_.txn(t);
         if (resp.succeeded()) {
-          drive();
-          return;
+          drive();  // until the job ends, this process stops, or it is no longer the driver
+          continue;
         }
         EtcdWatch watch(client_, key, "", resp.header().revision());
         bool gone = false;
@@ -607,7 +654,9 @@ class EtcdRendezvous::Impl {
   FenceTiming timing_{};
   SteadyClock::time_point lastRenewal_;
   RendezvousListener* listener_ = nullptr;
-  int64_t jobLease_ = 0, nodeLease_ = 0;
+  int64_t jobLease_ = 0;
+  std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again
+  std::atomic<uint64_t> fencedThrough_{0};
   std::atomic<uint64_t> eventSeq_{0};
   uint64_t noticeSeq_ = 0;
   std::atomic<uint64_t> round_{0};
@@ -639,5 +688,7 @@ void EtcdRendezvous::reportSucceeded(uint64_t round) {
 }
 
 void EtcdRendezvous::leave() { impl_->leave(); }
+
+bool EtcdRendezvous::fenced(uint64_t round) const { return impl_->fenced(round); }
 
 }  // namespace ddprun

@@ -44,6 +44,7 @@ class EtcdRendezvous final : public Rendezvous {
   void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
   void reportSucceeded(uint64_t round) override;
   void leave() override;
+  bool fenced(uint64_t round) const override;
 
  private:
   class Impl;

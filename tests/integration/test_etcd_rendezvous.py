@@ -177,6 +177,28 @@ class EtcdRendezvousTest(EtcdTestBase):
             pass
         self.assertEqual(driving.wait(ml.SAFETY_TIMEOUT_S).returncode, 0)
 
+    def test_a_frozen_agent_that_thaws_is_fenced_and_joins_again_as_a_newcomer(self):
+        # Frozen past its lease: the other node runs round 2 alone. Thawed, the node finds its
+        # lease gone, fences, joins again, and both run round 3 (docs/etcd.md; the gRPC
+        # backend's rule, docs/rendezvous.md "Fencing").
+        jobs = [self.agent(t, "1:2", self.recorder()) for t in ("a", "b")]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
+        driver = self.cluster.get("%s/run/%s/rdzv/driver" % (PREFIX, self.run_id))
+        driving = jobs[0] if jobs[0].pid == int(driver.split(":")[1]) else jobs[1]
+        frozen = jobs[1] if driving is jobs[0] else jobs[0]
+        os.kill(frozen.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: frozen.kill(signal.SIGCONT))
+        self.wait_records(lambda recs: any(r[1] == "2" and r[3] == "1" for r in recs), [driving],
+                          "round 2 with the other node alone")
+        os.kill(frozen.pid, signal.SIGCONT)
+        self.wait_records(lambda recs: len([r for r in recs if r[1] == "3" and r[3] == "2"]) == 2, jobs,
+                          "round 3 with both nodes")
+        with open(self.path("release"), "w"):
+            pass
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        self.assert_job_keys_gone()
+
     def records_by_pid(self):
         out = {}
         for name in os.listdir(self.tmp):
