@@ -170,3 +170,19 @@ TEST_CASE("parseRendezvousConf rejects unknown keys, bare words and zero timeout
   CHECK_THROWS_WITH(parseRendezvousConf("join_timeout=-1", lastCall),
                     "--rdzv_conf join_timeout '-1': expected a number of seconds from 1 to 604800");
 }
+
+TEST_CASE("parseRendezvousConf: torch's etcd keys and ours, checked at once", "[cli][flag_parsing]") {
+  LaunchConfig cfg;
+  CHECK_FALSE(cfg.etcdTls);
+  CHECK(cfg.etcdPrefix == "/ddprun");
+  parseRendezvousConf("protocol=https,cacert=/c/ca.pem,cert=/c/me.pem,key=/c/me.key,etcd_prefix=/torchelastic/p2p", cfg);
+  CHECK(cfg.etcdTls);
+  CHECK(cfg.etcdCaCert == "/c/ca.pem");
+  CHECK(cfg.etcdCert == "/c/me.pem");
+  CHECK(cfg.etcdKey == "/c/me.key");
+  CHECK(cfg.etcdPrefix == "/torchelastic/p2p");
+  LaunchConfig bad;
+  CHECK_THROWS_WITH(parseRendezvousConf("protocol=ftp", bad), "--rdzv_conf protocol: expected http or https");
+  CHECK_THROWS_WITH(parseRendezvousConf("etcd_prefix=relative", bad), Contains("starting with /"));
+  CHECK_THROWS_WITH(parseRendezvousConf("auth_file=/nonexistent/etcd.auth", bad), Contains("--rdzv_conf auth_file"));
+}

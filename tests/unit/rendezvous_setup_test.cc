@@ -190,3 +190,19 @@ TEST_CASE("addresses: --local_addr and --master_addr are hosts; a port or garbag
   good.masterAddr = "::1";
   CHECK_NOTHROW(ddprun::decideRendezvous(good, ddprun::RendezvousFlags{"", "1", [] { return std::string("f"); }}));
 }
+
+TEST_CASE("etcd: multi-node even for one node, needs an endpoint list, port 2379 unless given", "[cli][rendezvous_setup]") {
+  Flags f;
+  LaunchConfig none;
+  none.rdzvBackend = "etcd";
+  CHECK_THROWS_WITH(decideRendezvous(none, f.flags()),
+                    "--rdzv_backend=etcd needs --rdzv_endpoint HOST[:PORT][,HOST[:PORT]...]");
+  LaunchConfig cfg = nodes(2, 4);
+  cfg.rdzvBackend = "etcd";
+  cfg.rdzvEndpoint = "h1,h2:2380,h3:2379";
+  decideRendezvous(cfg, f.flags("job42", "2:4"));
+  CHECK(cfg.multiNode);
+  CHECK(cfg.runId == "job42");
+  CHECK(cfg.endpointHost == "h1");  // resolved at once, so that a typo fails with exit 2
+  CHECK(cfg.endpointPort == 2379);
+}
