@@ -619,18 +619,34 @@ class EtcdRendezvous::Impl {
     cmp->set_result(etcdserverpb::Compare::EQUAL);
     cmp->set_value(o_.nodeId);
     uint64_t latestRound = 0;
+    bool jobEnded = false;
     for (const auto& n : notices) {
       auto* put = t.add_success()->mutable_request_put();
       put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
       put->set_value(toProto(o_.runId, n).SerializeAsString());
       put->set_lease(jobLease_);
       if (auto* a = std::get_if<RoundAssignment>(&n.body)) latestRound = std::max(latestRound, a->round);
+      if (std::holds_alternative<JobEnd>(n.body)) jobEnded = true;
+    }
+    if (jobEnded && state.round() > 0) {
+      // The job is over: the last round's store goes now, so waits still pending fail at once
+      // ("stale round") instead of at their timeout.
+      auto* del = t.add_success()->mutable_request_delete_range();
+      del->set_key(jobPrefix_ + "round/" + std::to_string(state.round()) + "/");
+      del->set_range_end(etcdPrefixEnd(del->key()));
     }
     for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
     auto* st = t.add_success()->mutable_request_put();
     st->set_key(rdzv_ + "state");
     st->set_value(toProto(state.snapshot(monotonicNow()), noticeSeq_).SerializeAsString());
     st->set_lease(jobLease_);
+    if (latestRound > 0) {
+      // The round marker of the workers' store (worker_sdk/etcd_store.h, fenceByRound): written
+      // with the assignment, so it exists before any worker of the round does.
+      auto* alive = t.add_success()->mutable_request_put();
+      alive->set_key(jobPrefix_ + "round/" + std::to_string(latestRound) + "/alive");
+      alive->set_lease(jobLease_);
+    }
     if (latestRound > 1) {
       // The workers' keys of the round before (they are fenced by round anyway).
       auto* del = t.add_success()->mutable_request_delete_range();

@@ -41,6 +41,7 @@ EtcdStore::EtcdStore(EtcdStoreOptions options)
     : options_(std::move(options)),
       dataPrefix_(options_.prefix + "kv/"),
       opPrefix_(options_.prefix + "op/"),
+      marker_(options_.prefix + "alive"),
       client_(options_.client),
       clientId_(randomId()) {
   if (options_.prefix.empty() || options_.prefix.back() != '/') {
@@ -50,12 +51,39 @@ EtcdStore::EtcdStore(EtcdStoreOptions options)
 
 EtcdStore::~EtcdStore() = default;
 
+void EtcdStore::guard(etcdserverpb::TxnRequest& t) const {
+  if (!options_.fenceByRound) return;
+  auto* cmp = t.add_compare();
+  cmp->set_key(marker_);
+  cmp->set_target(etcdserverpb::Compare::VERSION);
+  cmp->set_result(etcdserverpb::Compare::GREATER);
+  cmp->set_version(0);
+}
+
+void EtcdStore::throwStale() const {
+  throw ddprun::StateError("stale round: the store of '" + options_.prefix +
+                           "' is gone (a newer round started, or the job ended)");
+}
+
+bool EtcdStore::roundIsCurrent() { return !options_.fenceByRound || client_.get(marker_).has_value(); }
+
 std::string EtcdStore::dataKey(const std::string& key) const {
   checkKey(key);
   return dataPrefix_ + key;
 }
 
-void EtcdStore::set(const std::string& key, const std::string& value) { client_.put(dataKey(key), value); }
+void EtcdStore::set(const std::string& key, const std::string& value) {
+  if (!options_.fenceByRound) {
+    client_.put(dataKey(key), value);
+    return;
+  }
+  etcdserverpb::TxnRequest t;
+  guard(t);
+  auto* put = t.add_success()->mutable_request_put();
+  put->set_key(dataKey(key));
+  put->set_value(value);
+  if (!client_.txn(t).succeeded()) throwStale();
+}
 
 std::string EtcdStore::get(const std::string& key) {
   const std::string k = dataKey(key);
@@ -103,10 +131,12 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     auto* mark = t.add_success()->mutable_request_put();
     mark->set_key(nonce);
     mark->set_lease(nonceLease());
+    guard(t);
     if (client_.txn(t).succeeded()) return value;
     // Lost the race, or an earlier attempt of this very transaction was applied and its answer
     // lost (the client retried it on another member): the nonce tells which.
     if (client_.get(nonce)) return value;
+    if (!roundIsCurrent()) throwStale();
   }
 }
 
@@ -127,8 +157,11 @@ std::string EtcdStore::compareSet(const std::string& key, const std::string& exp
   put->set_key(k);
   put->set_value(desired);
   t.add_failure()->mutable_request_range()->set_key(k);
+  guard(t);
+  if (options_.fenceByRound) t.add_failure()->mutable_request_range()->set_key(marker_);
   auto resp = client_.txn(t);
   if (resp.succeeded()) return desired;
+  if (options_.fenceByRound && resp.responses(1).response_range().kvs_size() == 0) throwStale();
   // A retried transaction whose first attempt was applied lands here too, and reads `desired`:
   // the same answer.
   const auto& range = resp.responses(0).response_range();
@@ -140,7 +173,11 @@ int64_t EtcdStore::readAll(const std::vector<std::string>& keys, std::vector<boo
   // One transaction of ranges: one request, one revision for every key.
   etcdserverpb::TxnRequest t;
   for (const auto& key : keys) t.add_success()->mutable_request_range()->set_key(dataKey(key));
+  if (options_.fenceByRound) t.add_success()->mutable_request_range()->set_key(marker_);
   auto resp = client_.txn(t);
+  if (options_.fenceByRound && resp.responses(static_cast<int>(keys.size())).response_range().kvs_size() == 0) {
+    throwStale();
+  }
   present->assign(keys.size(), false);
   if (values) values->assign(keys.size(), "");
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -163,7 +200,8 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
     if (!present[i]) missing.insert(dataKey(keys[i]));
   }
   if (missing.empty()) return;
-  ddprun::EtcdWatch watch(client_, dataPrefix_, ddprun::etcdPrefixEnd(dataPrefix_), revision);
+  // The whole round's prefix: its keys, and the round marker whose deletion ends the wait.
+  ddprun::EtcdWatch watch(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix), revision);
   while (!missing.empty()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string names;
@@ -173,6 +211,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
     }
     for (const auto& ev : watch.next(deadline)) {
       if (ev.type() == mvccpb::Event::PUT) missing.erase(ev.kv().key());
+      if (options_.fenceByRound && ev.type() == mvccpb::Event::DELETE && ev.kv().key() == marker_) throwStale();
     }
   }
 }

@@ -27,6 +27,11 @@ struct EtcdStoreOptions {
   // prefix + "kv/", add()'s nonces under prefix + "op/".
   std::string prefix;
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;  // get() and wait()
+  // Fencing by round (docs/etcd.md): when set, the key whose existence means "this round is
+  // current" (prefix + "alive", written by the rendezvous driver with the round's assignment and
+  // deleted with the round's keys when the next round starts). set/add/compareSet are refused
+  // and pending waits fail at once with StateError("stale round") when it is gone.
+  bool fenceByRound = false;
 };
 
 class EtcdStore final : public Store {
@@ -55,10 +60,15 @@ class EtcdStore final : public Store {
   int64_t readAll(const std::vector<std::string>& keys, std::vector<bool>* present,
                   std::vector<std::string>* values);
   int64_t nonceLease();
+  // Adds "the round marker exists" to a transaction's comparisons (fenceByRound).
+  void guard(etcdserverpb::TxnRequest& t) const;
+  [[noreturn]] void throwStale() const;
+  bool roundIsCurrent();
 
   EtcdStoreOptions options_;
   std::string dataPrefix_;
   std::string opPrefix_;
+  std::string marker_;
   ddprun::EtcdClient client_;
   std::mutex leaseMutex_;
   int64_t lease_ = 0;

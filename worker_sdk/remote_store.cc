@@ -94,6 +94,8 @@ EtcdStoreOptions etcdStoreOptions(const Env& env) {
   std::string root = env.etcdPrefix;
   while (!root.empty() && root.back() == '/') root.pop_back();
   o.prefix = root + "/run/" + env.runId + "/round/" + std::to_string(env.round) + "/";
+  // Under ddprun's etcd rendezvous the driver writes the round marker with the round.
+  o.fenceByRound = true;
   return o;
 }
 

@@ -151,9 +151,44 @@ TEST_CASE("etcd store: makeStore picks the etcd store from DDPRUN_STORE_ADDR=etc
   CHECK(ddp::etcdStoreOptions(env).prefix == "/mytest/run/job7/round/3/");
   auto store = ddp::makeStore(env, kSafetyBound);
   REQUIRE(dynamic_cast<ddp::EtcdStore*>(store.get()) != nullptr);
-  store->set("k", "v");
   ddprun::EtcdClientOptions o;
   o.endpoints = cluster.endpoints();
   ddprun::EtcdClient raw(o);
+  // Fenced by round: nothing is written before the driver's round marker exists.
+  CHECK_THROWS_WITH(store->set("k", "v"), Catch::Contains("stale round"));
+  raw.put("/mytest/run/job7/round/3/alive", "");
+  store->set("k", "v");
   CHECK(raw.get("/mytest/run/job7/round/3/kv/k")->value == "v");
+}
+
+TEST_CASE("etcd store: when the round's marker goes, writes are refused and a pending wait fails at once", "[etcd][store]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  auto o = storeOptions(cluster);
+  o.fenceByRound = true;
+  o.timeout = std::chrono::minutes(10);  // far beyond the safety bound: only the fence can end the wait
+  ddprun::EtcdClientOptions co;
+  co.endpoints = cluster.endpoints();
+  ddprun::EtcdClient raw(co);
+  raw.put(o.prefix + "alive", "");
+  ddp::EtcdStore store(o);
+  store.set("a", "1");
+  CHECK(store.add("n", 2) == 2);
+  CHECK(store.compareSet("c", "", "x") == "x");
+  auto pending = std::async(std::launch::async, [&] {
+    try {
+      store.wait({"never"});
+      return std::string("released");
+    } catch (const ddprun::StateError& e) {
+      return std::string(e.what());
+    }
+  });
+  raw.deletePrefix(o.prefix);  // the next round started: the driver dropped this round's keys
+  REQUIRE(pending.wait_for(kSafetyBound) == std::future_status::ready);
+  CHECK_THAT(pending.get(), Catch::Contains("stale round"));
+  CHECK_THROWS_WITH(store.set("a", "2"), Catch::Contains("stale round"));
+  CHECK_THROWS_WITH(store.add("n", 1), Catch::Contains("stale round"));
+  CHECK_THROWS_WITH(store.compareSet("c", "x", "y"), Catch::Contains("stale round"));
+  CHECK_THROWS_WITH(store.get("a"), Catch::Contains("stale round"));
+  CHECK(raw.countPrefix(o.prefix) == 0);  // nothing written behind the fence
 }
