@@ -67,6 +67,20 @@ void EtcdStore::throwStale() const {
 
 bool EtcdStore::roundIsCurrent() { return !options_.fenceByRound || client_.get(marker_).has_value(); }
 
+int64_t EtcdStore::keyLease() {
+  if (!options_.fenceByRound) return 0;
+  std::lock_guard<std::mutex> lock(leaseMutex_);
+  if (!roundLeaseKnown_) {
+    // The round marker lives on the job's lease, which every agent renews: keys on it go when
+    // every agent has died, instead of staying in etcd for good.
+    auto kv = client_.get(marker_);
+    if (!kv) throwStale();
+    roundLease_ = kv->lease;
+    roundLeaseKnown_ = true;
+  }
+  return roundLease_;
+}
+
 std::string EtcdStore::dataKey(const std::string& key) const {
   checkKey(key);
   return dataPrefix_ + key;
@@ -82,6 +96,7 @@ void EtcdStore::set(const std::string& key, const std::string& value) {
   auto* put = t.add_success()->mutable_request_put();
   put->set_key(dataKey(key));
   put->set_value(value);
+  put->set_lease(keyLease());
   if (!client_.txn(t).succeeded()) throwStale();
 }
 
@@ -95,6 +110,9 @@ std::string EtcdStore::get(const std::string& key) {
 }
 
 int64_t EtcdStore::nonceLease() {
+  // Under the rendezvous, nonces go with the round's keys (next round, job end) or with the
+  // job's lease when every agent dies: found by the test that kills every agent.
+  if (options_.fenceByRound) return keyLease();
   std::lock_guard<std::mutex> lock(leaseMutex_);
   auto now = std::chrono::steady_clock::now();
   if (lease_ == 0 || now - leaseGranted_ > kNonceLeaseTtl / 2) {
@@ -128,6 +146,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     auto* put = t.add_success()->mutable_request_put();
     put->set_key(k);
     put->set_value(std::to_string(value));
+    put->set_lease(keyLease());
     auto* mark = t.add_success()->mutable_request_put();
     mark->set_key(nonce);
     mark->set_lease(nonceLease());
@@ -156,6 +175,7 @@ std::string EtcdStore::compareSet(const std::string& key, const std::string& exp
   auto* put = t.add_success()->mutable_request_put();
   put->set_key(k);
   put->set_value(desired);
+  put->set_lease(keyLease());
   t.add_failure()->mutable_request_range()->set_key(k);
   guard(t);
   if (options_.fenceByRound) t.add_failure()->mutable_request_range()->set_key(marker_);

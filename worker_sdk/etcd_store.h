@@ -30,7 +30,8 @@ struct EtcdStoreOptions {
   // Fencing by round (docs/etcd.md): when set, the key whose existence means "this round is
   // current" (prefix + "alive", written by the rendezvous driver with the round's assignment and
   // deleted with the round's keys when the next round starts). set/add/compareSet are refused
-  // and pending waits fail at once with StateError("stale round") when it is gone.
+  // and pending waits fail at once with StateError("stale round") when it is gone; keys are
+  // written on the marker's lease (the job's), so they expire if every agent dies.
   bool fenceByRound = false;
 };
 
@@ -64,6 +65,8 @@ class EtcdStore final : public Store {
   void guard(etcdserverpb::TxnRequest& t) const;
   [[noreturn]] void throwStale() const;
   bool roundIsCurrent();
+  // The lease of the round marker (the job's lease), 0 without fenceByRound.
+  int64_t keyLease();
 
   EtcdStoreOptions options_;
   std::string dataPrefix_;
@@ -74,6 +77,8 @@ class EtcdStore final : public Store {
   int64_t lease_ = 0;
   std::chrono::steady_clock::time_point leaseGranted_;
   uint64_t nonceSeq_ = 0;
+  int64_t roundLease_ = 0;
+  bool roundLeaseKnown_ = false;
   std::string clientId_;
 };
 

@@ -199,6 +199,29 @@ class EtcdRendezvousTest(EtcdTestBase):
             self.assertEqual(r.returncode, 0, r.describe())
         self.assert_job_keys_gone()
 
+    def test_when_every_agent_dies_the_job_keys_expire_with_their_leases(self):
+        # Workers wrote store keys; then every agent is SIGKILLed (no cleanup runs). The node
+        # leases (2 s) and the job lease (4 s), which the store keys live on, expire: nothing of
+        # the job stays in etcd.
+        if not os.access(STORE_EXCHANGE, os.X_OK):
+            self.fail("%s not built (ninja store_exchange)" % STORE_EXCHANGE)
+        hold = self.path("hold")
+        jobs = [self.agent(t, "2", [STORE_EXCHANGE], env={"STORE_EXCHANGE_HOLD": hold}) for t in ("a", "b")]
+        job_prefix = "%s/run/%s/" % (PREFIX, self.run_id)
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while not any("/kv/rank/1" in k for k in self.cluster.keys(job_prefix)):
+            self.assertLess(time.monotonic(), deadline, "no store keys within the safety bound")
+            time.sleep(0.05)
+        for j in jobs:
+            j.kill(signal.SIGKILL)
+            j.wait(ml.SAFETY_TIMEOUT_S)
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while self.cluster.keys(job_prefix):
+            self.assertLess(time.monotonic(), deadline, "keys left after every agent died: %s" % self.cluster.keys(job_prefix))
+            time.sleep(0.1)
+        with open(hold, "w"):
+            pass
+
     def records_by_pid(self):
         out = {}
         for name in os.listdir(self.tmp):

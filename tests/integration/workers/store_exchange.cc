@@ -1,8 +1,12 @@
 // A worker that agrees with its peers through the job's store (whatever DDPRUN_STORE_ADDR names):
 // every rank adds 1 to "arrived", publishes its rank, waits for every rank's key, and races a
 // compare_set for "leader". Prints "rank R: arrived=A leader=L keys=K"; exits 0, or 1 on an error.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <exception>
 #include <string>
 #include <vector>
@@ -22,6 +26,11 @@ int main() {
     // Everyone has arrived once every rank key exists: the count is final.
     int64_t arrived = store->add("arrived", 0);
     std::printf("rank %d: arrived=%lld leader=%s\n", env.rank, static_cast<long long>(arrived), leader.c_str());
+    std::fflush(stdout);
+    // STORE_EXCHANGE_HOLD=path: stay until the file exists (the test kills the job meanwhile).
+    if (const char* hold = std::getenv("STORE_EXCHANGE_HOLD")) {
+      while (access(hold, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "store exchange failed: %s\n", e.what());
