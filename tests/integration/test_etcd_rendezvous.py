@@ -107,6 +107,21 @@ class EtcdRendezvousTest(EtcdTestBase):
         self.assertEqual(len({leader for _, _, leader in lines}), 1)    # one compare_set winner for all
         self.assert_job_keys_gone()
 
+    def test_a_job_forms_and_ends_while_an_etcd_member_is_frozen(self):
+        # A frozen member accepts connections and answers nothing: agents that start on it move
+        # on at their call deadline. Four agents, so that some start there (a random member each).
+        follower = [i for i in range(3) if i != self.cluster.leader()][0]
+        self.cluster.stop(follower)
+        self.addCleanup(lambda: self.cluster.cont(follower))
+        program = ["/bin/sh", "-c", "echo rank=$RANK"]
+        jobs = [self.agent(t, "4", program) for t in ("a", "b", "c", "d")]
+        results = self.wait_all(jobs)
+        for r in results:
+            self.assertEqual(r.returncode, 0, r.describe())
+        ranks = sorted(int(re.search(r"rank=(\d)", r.stdout).group(1)) for r in results)
+        self.assertEqual(ranks, [0, 1, 2, 3])
+        self.assert_job_keys_gone()
+
     def test_a_worker_failure_ends_the_job_with_its_exit_code_on_every_node(self):
         jobs = [self.agent("a", "2", self.recorder(), env={"EXIT_CODE": "3"}),
                 self.agent("b", "2", self.recorder())]

@@ -170,3 +170,25 @@ TEST_CASE("etcd client: a lease keepalive moves to another member after the lead
   CHECK(client.keepAliveOnce(lease) > 0);
   CHECK(client.currentEndpoint() != leader);
 }
+
+TEST_CASE("etcd client: a watch on a member that freezes resumes on another one", "[etcd]") {
+  // A frozen member keeps the stream open and sends nothing: only the channel's keepalive
+  // (ping every 5 s, etcd's minimum, dropped after 3 s more) ends it; the watch then resumes
+  // elsewhere from the next revision, so the put made meanwhile is still seen.
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  std::size_t leader = cluster.leader();
+  std::size_t frozen = (leader + 1) % 3;
+  EtcdClient watcher(optionsFor(cluster, static_cast<int>(frozen)));
+  EtcdClient writer(optionsFor(cluster, static_cast<int>(leader)));
+  int64_t rev = 0;
+  watcher.get("/z/key", &rev);
+  EtcdWatch watch(watcher, "/z/key", "", rev);
+  writer.put("/z/key", "before");
+  awaitEvent(watch, [](const mvccpb::Event& e) { return e.kv().value() == "before"; });
+  cluster.stop(frozen);
+  writer.put("/z/key", "while frozen");
+  auto ev = awaitEvent(watch, [](const mvccpb::Event& e) { return e.kv().value() == "while frozen"; });
+  CHECK(ev.type() == mvccpb::Event::PUT);
+  cluster.cont(frozen);
+}
