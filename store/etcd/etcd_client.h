@@ -41,6 +41,9 @@ struct EtcdClientOptions {
   // The member a client starts on: -1 picks one at random, so that many clients spread over the
   // cluster; tests pin it to reach a given member first.
   int firstEndpoint = -1;
+  // A watch silent for this long asks its member for progress, and moves to another member when
+  // no answer comes within as long again (a frozen member; EtcdWatch). 0: only gRPC keepalive.
+  std::chrono::milliseconds watchProbe{std::chrono::seconds(1)};
 };
 
 struct EtcdKeyValue {

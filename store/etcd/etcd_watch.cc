@@ -2,12 +2,19 @@
 
 #include <grpcpp/client_context.h>
 
+#include <atomic>
 #include <random>
 
 #include "common/error.h"
 #include "store/etcd/etcd_client.h"
 
 namespace ddprun {
+
+namespace {
+int64_t SteadyClockNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
 
 EtcdWatch::EtcdWatch(EtcdClient& client, std::string key, std::string rangeEnd, int64_t afterRevision)
     : client_(client), key_(std::move(key)), rangeEnd_(std::move(rangeEnd)), nextRevision_(afterRevision + 1) {
@@ -76,8 +83,39 @@ bool EtcdWatch::streamOnce(std::size_t endpoint) {
   auto stream = client_.watchStub(endpoint).Watch(&context);
   bool created = false;
   if (stream->Write(req)) {
+    // A frozen member keeps the stream open and silent. The prober asks for progress
+    // (WatchProgressRequest: etcd answers with its revision) after watchProbe of silence, and
+    // cancels the stream when no answer came within watchProbe more; the loop below then moves
+    // the watch to another member. Without it only gRPC's keepalive (>= 8 s) would notice.
+    const auto probe = client_.options().watchProbe;
+    std::atomic<int64_t> heardNs{SteadyClockNs()};
+    std::mutex probeMu;
+    std::condition_variable probeCv;
+    bool probeDone = false;
+    std::thread prober;
+    if (probe.count() > 0) {
+      prober = std::thread([&] {
+        std::unique_lock<std::mutex> lock(probeMu);
+        bool asked = false;
+        while (!probeCv.wait_for(lock, probe / 2, [&] { return probeDone; })) {
+          auto silent = std::chrono::nanoseconds(SteadyClockNs() - heardNs.load());
+          if (silent < probe) {
+            asked = false;
+          } else if (!asked) {
+            etcdserverpb::WatchRequest progress;
+            progress.mutable_progress_request();
+            asked = true;
+            if (!stream->Write(progress)) break;
+          } else if (silent >= 2 * probe) {
+            context.TryCancel();
+            break;
+          }
+        }
+      });
+    }
     etcdserverpb::WatchResponse resp;
     while (stream->Read(&resp)) {
+      heardNs = SteadyClockNs();
       if (resp.created()) created = true;
       std::lock_guard<std::mutex> lock(mutex_);
       if (resp.compact_revision() > 0) {
@@ -92,6 +130,14 @@ bool EtcdWatch::streamOnce(std::size_t endpoint) {
         events_.push_back(std::move(ev));
       }
       if (resp.events_size() > 0) cv_.notify_all();
+    }
+    if (prober.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(probeMu);
+        probeDone = true;
+      }
+      probeCv.notify_all();
+      prober.join();
     }
   }
   context.TryCancel();
