@@ -3,6 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -12,6 +16,7 @@
 #include "launcher/nproc.h"
 #include "launcher/program.h"
 #include "launcher/rendezvous_setup.h"
+#include "launcher/scheduler/slurm_env.h"
 
 namespace ddprun {
 namespace {
@@ -21,11 +26,44 @@ std::string envOr(const char* name, const std::string& fallback) {
   return value && *value ? value : fallback;
 }
 
+// What a Slurm step supplies: flag values for the flags not given, and the step for --dry_run.
+struct SlurmDefaults {
+  std::map<std::string, std::string, std::less<>> values;
+  std::optional<SlurmStep> step;
+};
+
+// Inside an srun step, every flag not given comes from the step (issue #13); --no_slurm, and
+// --standalone (one node with a rendezvous of its own, by request), leave Slurm alone.
+SlurmDefaults slurmDefaults(const CLI::App& app, const FlagValues& flags, int argc, const char* const* argv) {
+  SlurmDefaults slurm;
+  if (flags.isOn("no_slurm") || flags.isOn("standalone")) return slurm;
+  EnvLookup env = [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    return value ? std::optional<std::string>(value) : std::nullopt;
+  };
+  slurm.step = readSlurmStep(env, std::vector<std::string>(argv, argv + argc));
+  if (!slurm.step) return slurm;
+  slurm.values = slurmFlagValues(*slurm.step, [&](std::string_view name) -> std::optional<std::string> {
+    bool given = flagGiven(app, name) || (name == "rdzv_id" && flagGiven(app, "run_id"));
+    return given ? std::optional<std::string>(flags.text(name)) : std::nullopt;
+  });
+  return slurm;
+}
+
 // The LaunchConfig from the parsed flags. The order of the checks decides which error a command
 // line with several mistakes reports; it is kept as users have seen it.
-LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
-  auto text = [&](std::string_view name) { return parseText("--" + std::string(name), flags.text(name)); };
+LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const SlurmDefaults& slurm) {
+  auto text = [&](std::string_view name) {
+    auto supplied = slurm.values.find(name);
+    return parseText("--" + std::string(name), supplied != slurm.values.end() ? supplied->second : flags.text(name));
+  };
   LaunchConfig cfg;
+  if (slurm.step) {
+    cfg.slurmHosts = slurm.step->hosts;
+    cfg.slurmStep = "job " + std::to_string(slurm.step->jobId) + " step " + std::to_string(slurm.step->stepId) +
+                    " (restart " + std::to_string(slurm.step->restartCount) + "), this is node " +
+                    std::to_string(slurm.step->nodeId) + " of " + std::to_string(slurm.step->nodeCount());
+  }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
   if (!rest.empty() && startsWith(rest[0], "-") && rest[0] != "-") {
@@ -117,7 +155,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
 
   try {
     ParseResult result;
-    result.config = buildConfig(app, flags);
+    result.config = buildConfig(app, flags, slurmDefaults(app, flags, argc, argv));
     return result;
   } catch (const ConfigError& e) {
     std::cerr << "ddprun: error: " << e.what() << "\n";

@@ -173,6 +173,12 @@ int printDryRun(const LaunchConfig& cfg) {
               << cfg.minNodes << ".." << cfg.maxNodes << " nodes"
               << (isStatic ? "" : "; ranks below assume this node gets group rank 0 of the minimum") << "\n";
   }
+  if (!cfg.slurmHosts.empty()) {
+    std::cout << "slurm: " << cfg.slurmStep << "\n";
+    for (std::size_t rank = 0; rank < cfg.slurmHosts.size(); ++rank) {
+      std::cout << "node " << rank << ": " << cfg.slurmHosts[rank] << "\n";
+    }
+  }
   std::cout << "command: " << cfg.executable;
   for (const auto& a : cfg.execArgs) std::cout << " " << a;
   std::cout << "\n\nrank map (local_rank -> rank):\n";

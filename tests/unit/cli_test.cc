@@ -37,6 +37,8 @@ struct CleanPetEnv {
   ScopedEnv redirects{"PET_REDIRECTS", std::nullopt};
   ScopedEnv tee{"PET_TEE", std::nullopt};
   ScopedEnv logLevel{"LOGLEVEL", std::nullopt};
+  ScopedEnv noSlurm{"PET_NO_SLURM", std::nullopt};
+  ScopedEnv slurmJob{"SLURM_JOB_ID", std::nullopt};  // no Slurm: flags and PET_* alone decide
 };
 
 // Parses `ddprun ARGS...`; stderr (error messages) is kept in `err`.
