@@ -14,7 +14,9 @@ A real Slurm cluster is tests/integration/test_slurm_cluster.py.
 """
 
 import os
+import random
 import re
+import socket
 
 import e2e_lib
 from e2e_lib import DDP_TRAIN, E2ETestCase, read_json
@@ -37,6 +39,19 @@ def step_env(nodes, node_id, nodelist, job=JOB, step=STEP, restarts=RESTARTS, **
                SLURM_STEP_TASKS_PER_NODE="1(x%d)" % nodes, SLURM_RESTART_COUNT=str(restarts))
     env.update(extra)
     return {k: v for k, v in env.items() if v is not None}
+
+
+def free_port_in_slurm_range():
+    """A port of 10000-29999 that nothing listens on now (the kernel's free ports lie above)."""
+    for _ in range(1000):
+        port = random.randrange(10000, 30000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 10000-29999 after 1000 tries")
 
 
 class SlurmEntrypointTest(E2ETestCase):
@@ -112,10 +127,7 @@ class SlurmEntrypointTest(E2ETestCase):
 
     def test_one_node_step_trains(self):
         # A job id whose port is free now (the port formula's inverse), so the run cannot collide.
-        while True:
-            port = e2e_lib.free_port()
-            if 10000 <= port < 30000:
-                break
+        port = free_port_in_slurm_range()
         job = port - 10000 + 20000
         out = os.path.join(self.tmp, "model.pt")
         env = self.base_env(**step_env(1, 0, os.uname().nodename.split(".")[0], job=job, step=0, restarts=0,
