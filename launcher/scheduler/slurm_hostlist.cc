@@ -62,7 +62,7 @@ class Expander {
       std::size_t open = name.find('[', pos);
       if (open == std::string_view::npos) {
         // Slurm refuses text after the last group ("n[1-2]-ib"); so do we, for the same answers.
-        fail("'" + std::string(name.substr(pos)) + "' follows the last ']' of '" + std::string(name) + "'");
+        fail("'" + printable(name.substr(pos), 64) + "' follows the last ']' of '" + printable(name, 64) + "'");
       }
       std::size_t close = name.find(']', open);  // run() checked that it exists
       pattern.prefixes.emplace_back(name.substr(pos, open - pos));
@@ -78,7 +78,7 @@ class Expander {
       auto dash = range.find('-');
       Number lo = parseNumber(range.substr(0, dash), range);
       Number hi = dash == std::string::npos ? lo : parseNumber(range.substr(dash + 1), range);
-      if (hi.value < lo.value) fail("range '" + range + "' runs backwards");
+      if (hi.value < lo.value) fail("range '" + printable(range, 64) + "' runs backwards");
       if (hi.value - lo.value >= maxHosts_ || values.size() + (hi.value - lo.value) >= maxHosts_) tooMany();
       for (uint64_t v = lo.value; v <= hi.value; ++v) values.push_back(Number{v, lo.width});
     }
@@ -88,7 +88,7 @@ class Expander {
   Number parseNumber(const std::string& digits, const std::string& range) {
     if (digits.empty() || digits.size() > kMaxDigits ||
         digits.find_first_not_of("0123456789") != std::string::npos) {
-      fail("'" + range + "' is not a number or a LO-HI range of numbers (up to " + std::to_string(kMaxDigits) +
+      fail("'" + printable(range, 64) + "' is not a number or a LO-HI range of numbers (up to " + std::to_string(kMaxDigits) +
            " digits)");
     }
     return Number{std::stoull(digits), digits.size()};
