@@ -194,8 +194,23 @@ std::string shellCommandLine(const std::vector<std::string>& words) {
       line += word;
       continue;
     }
-    line += '\'';
-    for (char c : word) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    bool printableOnly = std::all_of(word.begin(), word.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (printableOnly) {
+      line += '\'';
+      for (char c : word) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      line += '\'';
+      continue;
+    }
+    // A newline or another control byte: bash's $'...' with \xNN, so that the line stays one line.
+    line += "$'";
+    for (unsigned char c : word) {
+      if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+        line += static_cast<char>(c);
+      } else {
+        static const char* kHex = "0123456789abcdef";
+        line += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+      }
+    }
     line += '\'';
   }
   return line;

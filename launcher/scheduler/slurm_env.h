@@ -49,7 +49,8 @@ using GivenFlagLookup = std::function<std::optional<std::string>(std::string_vie
 // A given --nnodes or --node_rank that contradicts the step throws ConfigError.
 std::map<std::string, std::string, std::less<>> slurmFlagValues(const SlurmStep& step, const GivenFlagLookup& given);
 
-// `words` as one shell command line, each word quoted where the shell would split or expand it.
+// `words` as one shell command line on one line, each word quoted where the shell would split or
+// expand it (bash's $'...' for a word with control bytes).
 std::string shellCommandLine(const std::vector<std::string>& words);
 
 }  // namespace ddprun

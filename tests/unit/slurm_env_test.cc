@@ -240,4 +240,5 @@ TEST_CASE("slurm: an inconsistent or malformed environment is a clear error", "[
 TEST_CASE("slurm: the srun line quotes what the shell would split", "[slurm][slurm_env]") {
   CHECK(ddprun::shellCommandLine({"ddprun", "--nproc_per_node=2", "a b.py", "it's", ""}) ==
         "ddprun --nproc_per_node=2 'a b.py' 'it'\\''s' ''");
+  CHECK(ddprun::shellCommandLine({"x", "two\nlines", "it's\t\\"}) == "x $'two\\x0alines' $'it\\x27s\\x09\\x5c'");
 }
