@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "agent/event_log.h"
 #include "agent/failure_report.h"
+#include "agent/filtered_log.h"
 #include "agent/hang_detector.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -129,8 +131,9 @@ class ElasticAgent::Impl {
     groupStopped_ = false;
     firstFailure_.reset();
     std::vector<WorkerSpec> specs;
+    const FilteredLogs filtered = openFilteredLogs(round);
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
-      specs.push_back(makeSpec(round, localRank));
+      specs.push_back(makeSpec(round, localRank, filtered));
     }
     group_.reset();  // the previous attempt's group has stopped and been swept
     WorkerGroupEvents events;
@@ -142,7 +145,31 @@ class ElasticAgent::Impl {
     group_->start();
   }
 
-  WorkerSpec makeSpec(const RoundInfo& round, int localRank) {
+  struct FilteredLogs {
+    std::shared_ptr<FilteredLog> out;
+    std::shared_ptr<FilteredLog> err;
+  };
+
+  // One file per stream and attempt, shared by the ranks, as torchrun's.
+  FilteredLogs openFilteredLogs(const RoundInfo& round) {
+    namespace fs = std::filesystem;
+    const LogOptions& log = options_.log;
+    FilteredLogs logs;
+    if (log.duplicateStdoutFilters.empty() && log.duplicateStderrFilters.empty()) return logs;
+    fs::path dir = fs::path(options_.runDir) / ("attempt_" + std::to_string(round.restartCount));
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw ConfigError("cannot create " + dir.string() + ": " + ec.message());
+    if (!log.duplicateStdoutFilters.empty()) {
+      logs.out = std::make_shared<FilteredLog>((dir / "filtered_stdout.log").string(), log.duplicateStdoutFilters);
+    }
+    if (!log.duplicateStderrFilters.empty()) {
+      logs.err = std::make_shared<FilteredLog>((dir / "filtered_stderr.log").string(), log.duplicateStderrFilters);
+    }
+    return logs;
+  }
+
+  WorkerSpec makeSpec(const RoundInfo& round, int localRank, const FilteredLogs& filtered) {
     namespace fs = std::filesystem;
     fs::path dir = fs::path(options_.runDir) / ("attempt_" + std::to_string(round.restartCount)) /
                    std::to_string(localRank);
@@ -168,7 +195,14 @@ class ElasticAgent::Impl {
     spec.errorFile = envIn.errorFile;
     spec.request.executable = options_.executable;
     spec.request.args = options_.args;
+    if (!options_.localRankArg.empty()) {
+      auto at = spec.request.args.begin() + static_cast<std::ptrdiff_t>(std::min(options_.localRankArgAt, spec.request.args.size()));
+      spec.request.args.insert(at, options_.localRankArg + "=" + std::to_string(localRank));
+    }
     spec.request.env = buildWorkerEnv(envIn);
+    if (static_cast<std::size_t>(localRank) < options_.workerCpus.size()) {
+      spec.request.cpus = options_.workerCpus[static_cast<std::size_t>(localRank)];
+    }
     if (hangDetector_) spec.request.env.set("DDPRUN_HEARTBEAT_SOCKET", hangDetector_->socketName());
 
     const LogOptions& log = options_.log;
@@ -181,6 +215,8 @@ class ElasticAgent::Impl {
     if (shown && (!(redirected & kStderr) || (teed & kStderr))) out.stderrConsole = options_.stderrConsole;
     if (options_.writeLogFiles || ((redirected | teed) & kStdout)) out.stdoutFile = (dir / "stdout.log").string();
     if (options_.writeLogFiles || ((redirected | teed) & kStderr)) out.stderrFile = (dir / "stderr.log").string();
+    if (teed & kStdout) out.stdoutFiltered = filtered.out;
+    if (teed & kStderr) out.stderrFiltered = filtered.err;
     return spec;
   }
 
@@ -285,7 +321,51 @@ class ElasticAgent::Impl {
     if (finished_) return;
     finished_ = true;
     if (group_ && !group_->allExited()) group_->killNow();
+    if (options_.eventLogToConsole) recordStatusEvents(status);
     if (onFinished_) onFinished_(status);
+  }
+
+  // As torch's SimpleElasticAgent at the end of run(): one event per worker of the last group, then
+  // the agent's.
+  void recordStatusEvents(int status) {
+    StatusEvent base;
+    base.timestampMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+    base.runId = options_.runId;
+    base.role = options_.role;
+    base.hostname = options_.host;
+    base.rdzvBackend = options_.rdzvBackend;
+    base.entryPoint = options_.programName;
+    base.groupRank = currentRound_.groupRank;
+    base.groupWorldSize = currentRound_.groupWorldSize;
+    base.agentRestarts = currentRound_.restartCount;
+    base.totalRunTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    std::string lines;
+    if (group_) {
+      for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
+        StatusEvent e = base;
+        const WorkerSpec& spec = group_->spec(localRank);
+        e.localRank = localRank;
+        e.globalRank = spec.rank;
+        e.roleWorldSize = currentRound_.worldSize;
+        e.state = "UNKNOWN";
+        for (const auto& exit : group_->exits()) {
+          if (exit.localRank != localRank) continue;
+          e.pid = exit.pid;
+          e.exitCode = exit.signal ? -exit.signal : exit.exitCode;  // torch's negative signal numbers
+          e.state = exit.succeeded() ? "SUCCEEDED" : "FAILED";
+          if (!exit.succeeded()) {
+            if (auto error = readErrorFile(spec.errorFile)) e.rawError = error->message;
+          }
+        }
+        lines += formatStatusEvent(e) + "\n";
+      }
+    }
+    StatusEvent agent = base;
+    agent.fromWorker = false;
+    agent.state = status == 0 ? "SUCCEEDED" : "FAILED";
+    lines += formatStatusEvent(agent) + "\n";
+    options_.stderrConsole->write(lines);
   }
 
   boost::asio::io_context& io_;
@@ -306,6 +386,7 @@ class ElasticAgent::Impl {
   std::string jobFailedNode_;
   int closureStatus_ = kExitInfrastructure;  // the closure's status when no worker failure decides the exit status
   std::optional<int> stopSignal_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;
 };

@@ -25,6 +25,10 @@ struct AgentOptions {
   std::string programName;          // as the user typed it, for messages
   std::string executable;           // absolute path
   std::vector<std::string> args;    // argv[1..]
+  // torch.distributed.launch's argument: when set ("--local_rank" or "--local-rank"), each worker
+  // gets "<flag>=<local rank>" inserted into args at localRankArgAt (right after the script).
+  std::string localRankArg;
+  std::size_t localRankArgAt = 0;
   Environment inherited;            // the agent's environment, passed on to workers
   int nprocPerNode = 1;
   std::string role = "default";
@@ -45,6 +49,12 @@ struct AgentOptions {
   // on fds 1 and 2.
   std::shared_ptr<ConsoleWriter> stdoutConsole;
   std::shared_ptr<ConsoleWriter> stderrConsole;
+  // --event_log_handler=console: torchelastic status events (agent/event_log.h) as JSON lines on
+  // stderrConsole at the end of the run. rdzvBackend names the backend in them.
+  bool eventLogToConsole = false;
+  // --numa_binding: the CPUs of each local rank (index); empty: no binding.
+  std::vector<std::vector<int>> workerCpus;
+  std::string rdzvBackend = "static";
 };
 
 class ElasticAgent final : public RendezvousListener {

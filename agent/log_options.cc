@@ -87,7 +87,7 @@ std::string expandPrefix(const std::string& tmpl, const PrefixFields& fields) {
         if (name == "rank") out += std::to_string(fields.rank);
         else if (name == "local_rank") out += std::to_string(fields.localRank);
         else if (name == "role" || name == "role_name") out += fields.role;
-        else if (name == "host") out += fields.host;
+        else if (name == "host" || name == "hostname") out += fields.host;  // torchrun: ${hostname}
         else throw ConfigError("log line prefix template '" + tmpl + "': unknown field {" + name +
                                "} (use {rank}, {local_rank}, {role}, {host})");
       });

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace ddprun {
 
@@ -27,6 +28,10 @@ struct LogOptions {
   std::set<int> consoleRanks;  // local ranks shown on the console; empty = all
   std::string prefixTemplate = "[{role}{local_rank}]:";
   std::string logDir;          // per-attempt, per-rank files; empty = none unless redirects ask
+  // --duplicate_stdout_filters / --duplicate_stderr_filters (FilteredLog): lines of tee'd ranks
+  // holding any of these also go to attempt_<n>/filtered_{stdout,stderr}.log. Empty: none.
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
 
   // Throws ConfigError: "0,2" or "0 2".
   static std::set<int> parseRankFilter(const std::string& text);

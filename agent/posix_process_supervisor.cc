@@ -4,6 +4,7 @@
 
 #include "agent/posix_process_supervisor.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
@@ -45,6 +46,7 @@ struct WorkerChildSetup : bp::extend::handler {
   unsigned maxFd;
   const rlimit* fileLimit;  // set when the agent raised its own (it hosts a server)
   int cgroupProcsFd;        // the job cgroup's cgroup.procs, or -1
+  const cpu_set_t* cpus;    // affinity to set, or null
 
   template <class Executor>
   void on_exec_setup(Executor&) const {
@@ -62,6 +64,7 @@ struct WorkerChildSetup : bp::extend::handler {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (fileLimit) ::setrlimit(RLIMIT_NOFILE, fileLimit);
+    if (cpus) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
     // No fd of the agent (pipes of other workers, sockets, the lifeline) may leak into a worker.
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
       for (unsigned fd = 3; fd < maxFd; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
@@ -146,6 +149,12 @@ class PosixProcessSupervisor::Impl {
     setup.maxFd = raised && now.rlim_cur != RLIM_INFINITY ? static_cast<unsigned>(now.rlim_cur) : maxFd_;
     setup.fileLimit = raised ? &workerFileLimit_ : nullptr;
     setup.cgroupProcsFd = cgroup_ ? cgroup_->procsFd() : -1;
+    cpu_set_t cpus;  // built here: the child may not allocate
+    CPU_ZERO(&cpus);
+    for (int cpu : request.cpus) {
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+    }
+    setup.cpus = request.cpus.empty() ? nullptr : &cpus;
     std::error_code ec;
     bp::child child(bp::exe = request.executable, bp::args = request.args, env, setup, bp::posix::use_vfork, ec);
     if (ec || !child.valid()) {

@@ -19,6 +19,7 @@ struct SpawnRequest {
   Environment env;                 // the whole environment of the child
   int stdoutFd = -1;               // becomes the child's fd 1; -1 inherits the agent's
   int stderrFd = -1;               // becomes the child's fd 2; -1 inherits the agent's
+  std::vector<int> cpus;           // CPU affinity of the child (--numa_binding); empty inherits
 };
 
 // How a process ended: exitCode when it exited, signal when a signal killed it.

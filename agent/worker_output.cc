@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "agent/console_writer.h"
+#include "agent/filtered_log.h"
 #include "agent/line_splitter.h"
 #include "common/error.h"
 #include "common/unique_fd.h"
@@ -17,8 +18,9 @@ namespace ddprun {
 class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
  public:
   Stream(boost::asio::io_context& io, std::shared_ptr<ConsoleWriter> console, std::string prefix,
-         const std::string& filePath, size_t tailLines)
-      : console_(std::move(console)), prefix_(std::move(prefix)), tailLines_(tailLines), descriptor_(io) {
+         const std::string& filePath, size_t tailLines, std::shared_ptr<FilteredLog> filtered)
+      : console_(std::move(console)), filtered_(std::move(filtered)), prefix_(std::move(prefix)), tailLines_(tailLines),
+        descriptor_(io) {
     Pipe pipe = makePipe();
     write_ = std::move(pipe.write);
     descriptor_.assign(pipe.read.release());
@@ -79,14 +81,22 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
       splitter_.feed(chunk, [&](std::string_view line) { emit(line, &console); });
     }
     if (!open) splitter_.finish([&](std::string_view line) { emit(line, &console); });
-    if (!console.empty()) console_->write(console);
+    flush(console);
     return open;
   }
 
   void finish() {
     std::string console;
     splitter_.finish([&](std::string_view line) { emit(line, &console); });
+    flush(console);
+  }
+
+  void flush(const std::string& console) {
     if (!console.empty()) console_->write(console);
+    if (!filtered_text_.empty()) {
+      filtered_->write(filtered_text_);
+      filtered_text_.clear();
+    }
   }
 
   void emit(std::string_view line, std::string* console) {
@@ -95,6 +105,11 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
       console->append(line);
       console->push_back('\n');
     }
+    if (filtered_ && filtered_->matches(line)) {
+      filtered_text_.append(prefix_);
+      filtered_text_.append(line);
+      filtered_text_.push_back('\n');
+    }
     if (tailLines_ > 0) {
       tail_.emplace_back(line);
       if (tail_.size() > tailLines_) tail_.pop_front();
@@ -102,6 +117,8 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
   }
 
   std::shared_ptr<ConsoleWriter> console_;
+  std::shared_ptr<FilteredLog> filtered_;
+  std::string filtered_text_;  // matching lines of the current batch
   std::string prefix_;
   size_t tailLines_;
   boost::asio::posix::stream_descriptor descriptor_;
@@ -113,9 +130,10 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
 };
 
 WorkerOutput::WorkerOutput(boost::asio::io_context& io, const WorkerOutputOptions& options)
-    : out_(std::make_shared<Stream>(io, options.stdoutConsole, options.prefix, options.stdoutFile, 0)),
+    : out_(std::make_shared<Stream>(io, options.stdoutConsole, options.prefix, options.stdoutFile, 0,
+                                    options.stdoutFiltered)),
       err_(std::make_shared<Stream>(io, options.stderrConsole, options.prefix, options.stderrFile,
-                                    options.tailLines)) {}
+                                    options.tailLines, options.stderrFiltered)) {}
 
 WorkerOutput::~WorkerOutput() { close(); }
 

@@ -14,6 +14,7 @@ class io_context;
 namespace ddprun {
 
 class ConsoleWriter;
+class FilteredLog;
 
 struct WorkerOutputOptions {
   std::string prefix;            // put before every console line
@@ -23,6 +24,9 @@ struct WorkerOutputOptions {
   std::string stdoutFile;        // empty = no file
   std::string stderrFile;
   size_t tailLines = 20;         // stderr lines remembered for the failure summary
+  // --duplicate_*_filters: matching prefixed lines also go there (shared by the ranks); null: none.
+  std::shared_ptr<FilteredLog> stdoutFiltered;
+  std::shared_ptr<FilteredLog> stderrFiltered;
 };
 
 class WorkerOutput {

@@ -11,9 +11,11 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/strings.h"
+#include "agent/filtered_log.h"
 #include "launcher/flag_parsing.h"
 #include "launcher/flag_table.h"
 #include "launcher/nproc.h"
+#include "launcher/numa_binding.h"
 #include "launcher/program.h"
 #include "launcher/rendezvous_setup.h"
 #include "launcher/scheduler/slurm_env.h"
@@ -24,6 +26,22 @@ namespace {
 std::string envOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return value && *value ? value : fallback;
+}
+
+// --numa_binding on this machine: the GPUs' NUMA nodes from the driver, the CPUs from sysfs.
+std::vector<std::vector<int>> bindToNuma(const std::string& mode, int nproc) {
+  SysfsTopology topology;
+  std::vector<int> nodes;
+  for (const auto& busId : cudaPciBusIds()) nodes.push_back(topology.pciNumaNode(busId));
+  std::vector<std::vector<int>> cpus;
+  try {
+    for (const auto& set : numaBindings(mode, nodes, nproc, topology, allowedCpus())) cpus.emplace_back(set.begin(), set.end());
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConfigError("--numa_binding=" + mode + ": cannot read the CPU topology: " + e.what());
+  }
+  return cpus;
 }
 
 // What a Slurm step supplies: flag values for the flags not given, and the step for --dry_run.
@@ -81,7 +99,12 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.nodeRank = parseNodeRank(text("node_rank"), cfg.maxNodes);
   cfg.maxRestarts = parseIntFlag("--max_restarts", text("max_restarts"), kMaxRestartsRange);
   cfg.monitorIntervalSeconds = parseSecondsFlag("--monitor_interval", text("monitor_interval"), kMonitorIntervalRange);
-  cfg.shutdownTimeoutSeconds = parseSecondsFlag("--shutdown_timeout", text("shutdown_timeout"), kShutdownTimeoutRange);
+  // torchrun's variables for two settings it has no PET_ default for, used when the flag is not given.
+  const char* torchShutdown = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  const bool shutdownFromTorch = !flagGiven(app, "shutdown_timeout") && torchShutdown && *torchShutdown;
+  cfg.shutdownTimeoutSeconds = parseSecondsFlag(shutdownFromTorch ? "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" : "--shutdown_timeout",
+                                                shutdownFromTorch ? torchShutdown : text("shutdown_timeout"),
+                                                kShutdownTimeoutRange);
   cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", text("hang_timeout"), kHangTimeoutRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
   cfg.masterPortGiven = flagGiven(app, "master_port");
@@ -91,8 +114,17 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.log.tee = StreamSpec::parse(text("tee"), "--tee");
   cfg.log.consoleRanks = LogOptions::parseRankFilter(text("local_ranks_filter"));
   cfg.log.prefixTemplate = text("log_line_prefix_template");
+  if (const char* torchTemplate = std::getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+      torchTemplate && !flagGiven(app, "log_line_prefix_template")) {
+    cfg.log.prefixTemplate = torchTemplate;
+  }
   validatePrefixTemplate(cfg.log.prefixTemplate);
   cfg.log.logDir = text("log_dir");
+  cfg.log.duplicateStdoutFilters = FilteredLog::parseList(text("duplicate_stdout_filters"));
+  cfg.log.duplicateStderrFilters = FilteredLog::parseList(text("duplicate_stderr_filters"));
+  checkLogsSpecs(text("logs_specs"));
+  cfg.eventLogHandler = parseEventLogHandler(text("event_log_handler"));
+  cfg.numaBinding = parseNumaBinding(text("numa_binding"));
   cfg.logLevel = text("log_level");
   setupLogging(cfg.logLevel);
 
@@ -111,10 +143,14 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.dryRun = flags.isOn("dry_run");
   cfg.module = flags.isOn("module");
   cfg.noPython = flags.isOn("no_python");
+  if (!cfg.numaBinding.empty()) cfg.workerCpus = bindToNuma(cfg.numaBinding, cfg.nprocPerNode);
+  cfg.runPath = flags.isOn("run_path");
   auto program = resolveProgram(cfg.program, cfg.programArgs, cfg.module, cfg.noPython,
-                                envOr("PYTHON_EXEC", "python3"), envOr("PATH", "/usr/bin:/bin"));
+                                envOr("PYTHON_EXEC", "python3"), envOr("PATH", "/usr/bin:/bin"), cfg.runPath);
   cfg.executable = program.executable;
   cfg.execArgs = program.args;
+  cfg.localRankArg = parseLegacyLocalRank(text("legacy_local_rank"));
+  cfg.localRankArgAt = cfg.execArgs.size() - cfg.programArgs.size();  // after the script, before its args
   return cfg;
 }
 
@@ -138,12 +174,20 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   registerFlags(app, flags);
   app.prefix_command();  // PROGRAM and everything after it belong to the program
 
-  if (auto problem = flagTakenAsValue(argc, argv)) {
+  ExpandedArgs expanded = expandAbbreviations(argc, argv);
+  if (expanded.error) {
+    std::cerr << "ddprun: error: " << printable(*expanded.error, 400) << " (see ddprun --help)\n";
+    return exitWith(2);
+  }
+  std::vector<const char*> words{argc > 0 ? argv[0] : "ddprun"};
+  for (const auto& word : expanded.args) words.push_back(word.c_str());
+  const int count = static_cast<int>(words.size());
+  if (auto problem = flagTakenAsValue(count, words.data())) {
     std::cerr << "ddprun: error: " << printable(*problem, 400) << "\n";
     return exitWith(2);
   }
   try {
-    app.parse(argc, argv);
+    app.parse(count, words.data());
   } catch (const CLI::CallForHelp& e) {
     return exitWith(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
@@ -154,6 +198,10 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   }
 
   try {
+    if (const std::string& shell = flags.text("print_completion"); !shell.empty()) {
+      std::cout << completionScript(shell);
+      return exitWith(0);
+    }
     ParseResult result;
     result.config = buildConfig(app, flags, slurmDefaults(app, flags, argc, argv));
     return result;

@@ -99,6 +99,34 @@ void checkStartMethod(const std::string& value) {
   }
 }
 
+void checkLogsSpecs(const std::string& value) {
+  if (value.empty()) return;
+  throw ConfigError(quoted("--logs_specs", value) +
+                    ": custom logs specs are torchrun plugins (Python entry points of group torchrun.logs_specs), "
+                    "which ddprun cannot load; its built-in one takes --log_dir, --redirects, --tee and "
+                    "--local_ranks_filter");
+}
+
+std::string parseEventLogHandler(const std::string& value) {
+  if (value == "null" || value == "dynamic_rendezvous" || value.empty()) return "null";
+  if (value == "console") return "console";
+  throw ConfigError(quoted("--event_log_handler", value) + ": expected null, console or dynamic_rendezvous");
+}
+
+std::string parseNumaBinding(const std::string& value) {
+  if (value.empty() || value == "node" || value == "socket" || value == "exclusive" || value == "core-complex") {
+    return value;
+  }
+  throw ConfigError(quoted("--numa_binding", value) + ": expected node, socket, exclusive or core-complex");
+}
+
+std::string parseLegacyLocalRank(const std::string& value) {
+  if (value.empty()) return "";
+  if (value == "underscore") return "--local_rank";
+  if (value == "dash") return "--local-rank";
+  throw ConfigError(quoted("--legacy_local_rank", value) + ": expected underscore or dash");
+}
+
 std::string parseRdzvBackend(const std::string& value) {
   if (value == "c10d") return "grpc";
   if (value != "static" && value != "grpc") {

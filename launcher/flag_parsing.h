@@ -62,6 +62,21 @@ std::vector<int> parseSignals(const std::string& value);
 // --start_method: accepted for torchrun compatibility; ddprun always execs.
 void checkStartMethod(const std::string& value);
 
+// --logs_specs: torchrun loads a Python entry point by that name; ddprun has only its built-in
+// logs spec, so any name is refused (torchrun refuses names it cannot find too).
+void checkLogsSpecs(const std::string& value);
+
+// --event_log_handler: "null" (torchrun's default; "dynamic_rendezvous" means the same) or
+// "console" (JSON lines on ddprun's stderr). Returns "null" or "console".
+std::string parseEventLogHandler(const std::string& value);
+
+// --numa_binding: "" (off), node, socket, exclusive or core-complex, as torchrun's.
+std::string parseNumaBinding(const std::string& value);
+
+// --legacy_local_rank: "" (none), "underscore" (--local_rank, torch.distributed.launch before torch
+// 2.0) or "dash" (--local-rank, 2.0 and later). Returns the flag to pass, or "".
+std::string parseLegacyLocalRank(const std::string& value);
+
 // --rdzv_backend: "static" or "grpc" (torchrun's c10d is an alias of grpc).
 std::string parseRdzvBackend(const std::string& value);
 

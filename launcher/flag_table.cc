@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ddprun {
 namespace {
@@ -37,13 +38,17 @@ constexpr FlagSpec kFlags[] = {
      "Seconds between SIGTERM and SIGKILL when stopping workers"},
     {"hang_timeout", "", "PET_HANG_TIMEOUT", "0", kOption,
      "Seconds without an SDK heartbeat after which a rank counts as hung (0: off)"},
-    {"signals_to_handle", "", "PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", kOption,
+    {"signals_to_handle", "", "PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", kOption,
      "Signals forwarded to the workers"},
     {"role", "", "PET_ROLE", "default", kOption, "Role name of the workers (ROLE_NAME)"},
     {"module", "-m", "PET_MODULE", "", kSwitch, "PROGRAM is a Python module, run as python -u -m PROGRAM"},
     {"no_python", "", "PET_NO_PYTHON", "", kSwitch, "Run PROGRAM directly, even if it ends in .py"},
+    {"run_path", "", "PET_RUN_PATH", "", kSwitch,
+     "Run PROGRAM (an absolute path to a .py file) with runpy.run_path; takes precedence over --no_python"},
     {"virtual_local_rank", "", "PET_VIRTUAL_LOCAL_RANK", "", kSwitch,
      "LOCAL_RANK=0 and one device per worker in CUDA_VISIBLE_DEVICES"},
+    {"legacy_local_rank", "", "PET_LEGACY_LOCAL_RANK", "", kOption,
+     "Pass --local_rank=N (underscore) or --local-rank=N (dash) after PROGRAM, as torch.distributed.launch"},
     {"log_dir", "", "PET_LOG_DIR", "", kOption, "Keep per-attempt, per-rank stdout/stderr/error files here"},
     {"redirects", "-r", "PET_REDIRECTS", "0", kOption, "Streams sent to files only: 0-3 or LOCAL_RANK:N,..."},
     {"tee", "-t", "PET_TEE", "0", kOption, "Streams sent to files and the console: 0-3 or LOCAL_RANK:N,..."},
@@ -51,10 +56,53 @@ constexpr FlagSpec kFlags[] = {
      "Local ranks whose output reaches the console, e.g. 0,1"},
     {"log_line_prefix_template", "", "PET_LOG_LINE_PREFIX_TEMPLATE", "[{role}{local_rank}]:", kOption,
      "Console line prefix; fields {rank} {local_rank} {role} {host}"},
+    {"duplicate_stdout_filters", "", "PET_DUPLICATE_STDOUT_FILTERS", "", kOption,
+     "Tee'd stdout lines holding any of these (a,b; ,, for a comma) also go to attempt_N/filtered_stdout.log"},
+    {"duplicate_stderr_filters", "", "PET_DUPLICATE_STDERR_FILTERS", "", kOption,
+     "Tee'd stderr lines holding any of these also go to attempt_N/filtered_stderr.log"},
+    {"logs_specs", "", "PET_LOGS_SPECS", "", kOption,
+     "Accepted for torchrun compatibility: only the built-in logs spec exists (a plugin name is refused)"},
+    {"event_log_handler", "", "PET_EVENT_LOG_HANDLER", "null", kOption,
+     "torchelastic events (JSON lines): null (none) or console (ddprun's stderr)"},
+    {"numa_binding", "", "PET_NUMA_BINDING", "", kOption,
+     "Bind each worker to CPUs near its GPU: node, socket, exclusive or core-complex"},
     {"log_level", "", "LOGLEVEL", "warning", kOption, "ddprun's own log level: debug, info, warning, error"},
     {"dry_run", "", "", "", kSwitch, "Print the rank map and each worker's environment; start nothing"},
+    {"print_completion", "", "", "", kOption, "Print a completion script for bash, zsh or tcsh and exit"},
     {"no_slurm", "", "PET_NO_SLURM", "", kSwitch, "Inside a Slurm step, take nothing from it (see README: Slurm)"},
 };
+
+// '-' and '_' are one letter in flag names.
+bool sameLetter(char a, char b) { return (a == '-' ? '_' : a) == (b == '-' ? '_' : b); }
+
+bool sameName(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!sameLetter(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+const FlagSpec* optionNamed(std::string_view word) {
+  for (const FlagSpec& flag : kFlags) {
+    if (!flag.shortName.empty() && word == flag.shortName) return &flag;
+    if (word.starts_with("--") && sameName(word.substr(2), flag.name)) return &flag;
+  }
+  return nullptr;
+}
+
+// The words before the program: calls visit(index, flag or null) for each flag word and skips
+// the value of an option written as two words. Stops at the program or at "--".
+template <typename Visit>
+void scanFlags(int argc, const char* const* argv, Visit visit) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word == "--" || !word.starts_with("-") || word == "-") return;  // the program
+    const FlagSpec* flag = optionNamed(word.substr(0, word.find('=')));
+    if (!visit(i, flag)) return;
+    if (flag && flag->kind == FlagKind::kOption && word.find('=') == std::string_view::npos) ++i;  // its value
+  }
+}
 
 const FlagSpec& findFlag(std::string_view name) {
   auto it = std::find_if(std::begin(kFlags), std::end(kFlags), [&](const FlagSpec& f) { return f.name == name; });
@@ -102,7 +150,33 @@ void registerFlags(CLI::App& app, FlagValues& values) {
       option = app.add_option(flagSpellings(flag), values.texts_.at(std::string(target)), help);
     }
     if (!flag.envName.empty()) option->envname(std::string(flag.envName));
+    // As argparse: a repeated option takes its last value (CLI11 would refuse the second).
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
+}
+
+std::string completionScript(const std::string& shell) {
+  std::string words;
+  for (const FlagSpec& flag : kFlags) {
+    std::string dashed(flag.name);
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    words += (words.empty() ? "" : " ") + std::string(flag.name) + (dashed != flag.name ? " " + dashed : "");
+  }
+  if (shell == "tcsh") return "complete ddprun 'c/--/(" + words + ")/' 'p/*/f/'\n";
+  std::string dashedWords;
+  for (const auto& w : split(words, ' ')) dashedWords += (dashedWords.empty() ? "--" : " --") + std::string(w);
+  std::string bash = "_ddprun() {\n"
+                     "  local cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
+                     "  if [[ \"$cur\" == -* ]]; then\n"
+                     "    COMPREPLY=( $(compgen -W \"" + dashedWords + "\" -- \"$cur\") )\n"
+                     "  else\n"
+                     "    COMPREPLY=( $(compgen -f -- \"$cur\") )\n"
+                     "  fi\n"
+                     "}\n"
+                     "complete -o filenames -F _ddprun ddprun\n";
+  if (shell == "bash") return bash;
+  if (shell == "zsh") return "autoload -U +X bashcompinit && bashcompinit\n" + bash;
+  throw ConfigError("--print_completion '" + shell.substr(0, 64) + "': expected bash, zsh or tcsh");
 }
 
 bool flagGiven(const CLI::App& app, std::string_view name) {
@@ -112,37 +186,56 @@ bool flagGiven(const CLI::App& app, std::string_view name) {
 }
 
 std::optional<std::string> flagTakenAsValue(int argc, const char* const* argv) {
-  auto optionNamed = [](std::string_view word) -> const FlagSpec* {
-    for (const FlagSpec& flag : flagTable()) {
-      if (!flag.shortName.empty() && word == flag.shortName) return &flag;
-      if (!word.starts_with("--")) continue;
-      std::string_view bare = word.substr(2);
-      if (bare.size() != flag.name.size()) continue;
-      bool same = true;  // '_' and '-' are the same letter here, as in the two spellings
-      for (std::size_t i = 0; i < bare.size() && same; ++i) {
-        char a = bare[i] == '-' ? '_' : bare[i];
-        char b = flag.name[i] == '-' ? '_' : flag.name[i];
-        same = a == b;
-      }
-      if (same) return &flag;
-    }
-    return nullptr;
-  };
-  for (int i = 1; i < argc; ++i) {
+  std::optional<std::string> problem;
+  scanFlags(argc, argv, [&](int i, const FlagSpec* flag) {
     std::string_view word = argv[i];
-    if (word == "--" || !word.starts_with("-") || word == "-") return std::nullopt;  // the program
-    const FlagSpec* flag = optionNamed(word);
-    if (!flag || flag->kind == FlagKind::kSwitch) continue;
-    if (i + 1 >= argc) return std::nullopt;  // CLI11 reports the missing value
+    if (!flag || flag->kind == FlagKind::kSwitch || word.find('=') != std::string_view::npos) return true;
+    if (i + 1 >= argc) return false;  // CLI11 reports the missing value
     std::string_view value = argv[i + 1];
     if (value.starts_with("--")) {
-      return std::string(word) + " needs a value, and '" + std::string(value.substr(0, 64)) +
-             "' is a flag (write " + std::string(word) + "=" + std::string(value.substr(0, 64)) +
-             " if it really is the value)";
+      problem = std::string(word) + " needs a value, and '" + std::string(value.substr(0, 64)) +
+                "' is a flag (write " + std::string(word) + "=" + std::string(value.substr(0, 64)) +
+                " if it really is the value)";
+      return false;
     }
-    ++i;  // the option's value
+    return true;
+  });
+  return problem;
+}
+
+ExpandedArgs expandAbbreviations(int argc, const char* const* argv) {
+  ExpandedArgs out;
+  if (argc > 1) out.args.assign(argv + 1, argv + argc);
+  // Expanding a word can turn the next word into an option's value, so scan again after each.
+  for (bool changed = true; changed && !out.error;) {
+    changed = false;
+    std::vector<const char*> words{argv[0]};
+    for (const auto& a : out.args) words.push_back(a.c_str());
+    scanFlags(static_cast<int>(words.size()), words.data(), [&](int i, const FlagSpec* flag) {
+      std::string_view word = words[i];
+      if (flag || !word.starts_with("--") || word.size() == 2) return true;
+      std::size_t eq = word.find('=');
+      std::string_view prefix = word.substr(2, eq == std::string_view::npos ? std::string_view::npos : eq - 2);
+      std::vector<const FlagSpec*> matches;
+      for (const FlagSpec& f : kFlags) {
+        if (!f.aliasOf.empty() || prefix.size() >= f.name.size()) continue;
+        if (sameName(prefix, f.name.substr(0, prefix.size()))) matches.push_back(&f);
+      }
+      if (matches.empty()) return true;  // unknown: the parser says so
+      if (matches.size() > 1) {
+        std::string names;
+        for (const FlagSpec* m : matches) names += (names.empty() ? "--" : ", --") + std::string(m->name);
+        out.error = "ambiguous option: " + std::string(word.substr(0, eq).substr(0, 64)) + " could match " + names;
+        return false;
+      }
+      std::string full = "--" + std::string(matches[0]->name);
+      if (eq != std::string_view::npos) full += std::string(word.substr(eq));
+      out.args[static_cast<std::size_t>(i - 1)] = full;
+      changed = true;
+      return false;
+    });
   }
-  return std::nullopt;
+  return out;
 }
 
 }  // namespace ddprun

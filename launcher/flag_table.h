@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -59,6 +60,21 @@ void registerFlags(CLI::App& app, FlagValues& values);
 // "--role=--x" says it on purpose and is accepted. Scanning stops at the program (the first word
 // that is not a flag or an option's value) or at "--".
 std::optional<std::string> flagTakenAsValue(int argc, const char* const* argv);
+
+// argparse's abbreviations, as torchrun accepts them: before the program, a long flag may be cut to
+// any prefix that names one flag ("--nproc-per 2" is "--nproc-per-node 2"; '-' and '_' are the
+// same letter, as in the two spellings; an alias such as --run_id is matched only in full).
+// Returns argv[1..] with each such prefix written out in full, or the error for an ambiguous one
+// ("--rdzv" could be four flags). Unknown flags are left for the parser to report.
+struct ExpandedArgs {
+  std::vector<std::string> args;
+  std::optional<std::string> error;
+};
+ExpandedArgs expandAbbreviations(int argc, const char* const* argv);
+
+// A shell completion script of every flag for "bash", "zsh" or "tcsh" (--print_completion);
+// throws ConfigError for another shell.
+std::string completionScript(const std::string& shell);
 
 // Whether the flag was on the command line or its variable is set, even to "" (after the parse).
 bool flagGiven(const CLI::App& app, std::string_view name);

@@ -66,6 +66,12 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.programName = cfg.program;
   o.executable = cfg.executable;
   o.args = cfg.execArgs;
+  o.localRankArg = cfg.localRankArg;
+  o.eventLogToConsole = cfg.eventLogHandler == "console";
+  o.workerCpus = cfg.workerCpus;
+  // torch's names: its standalone and elastic rendezvous are c10d, as ddprun's grpc is.
+  o.rdzvBackend = cfg.standalone || cfg.rdzvBackend == "grpc" ? "c10d" : cfg.rdzvBackend;
+  o.localRankArgAt = cfg.localRankArgAt;
   o.inherited = Environment::fromCurrentProcess();
   o.nprocPerNode = cfg.nprocPerNode;
   o.role = cfg.role;
@@ -180,9 +186,19 @@ int printDryRun(const LaunchConfig& cfg) {
     }
   }
   std::cout << "command: " << cfg.executable;
-  for (const auto& a : cfg.execArgs) std::cout << " " << a;
+  for (std::size_t i = 0; i <= cfg.execArgs.size(); ++i) {
+    if (!cfg.localRankArg.empty() && i == cfg.localRankArgAt) std::cout << " " << cfg.localRankArg << "=<local rank>";
+    if (i < cfg.execArgs.size()) std::cout << " " << cfg.execArgs[i];
+  }
   std::cout << "\n\nrank map (local_rank -> rank):\n";
-  for (int i = 0; i < cfg.nprocPerNode; ++i) std::cout << "  " << i << " -> " << round.rankOffset + i << "\n";
+  for (int i = 0; i < cfg.nprocPerNode; ++i) {
+    std::cout << "  " << i << " -> " << round.rankOffset + i;
+    if (static_cast<std::size_t>(i) < cfg.workerCpus.size()) {
+      std::cout << "  cpus";
+      for (int c : cfg.workerCpus[static_cast<std::size_t>(i)]) std::cout << " " << c;
+    }
+    std::cout << "\n";
+  }
   Environment inherited = Environment::fromCurrentProcess();
   for (int i = 0; i < cfg.nprocPerNode; ++i) {
     WorkerEnvInputs in;

@@ -53,14 +53,22 @@ struct LaunchConfig {
   // Logs
   LogOptions log;
   std::string logLevel = "warning";
+  std::string eventLogHandler = "null";  // "null" or "console" (JSON lines on stderr)
+  std::string numaBinding;               // "", node, socket, exclusive, core-complex
+  std::vector<std::vector<int>> workerCpus;  // its CPUs per local rank; empty: no binding
 
   // The program
   std::string program;                 // as typed
   std::vector<std::string> programArgs;
   bool module = false;
   bool noPython = false;
+  bool runPath = false;                // torchrun's --run_path: runpy.run_path(PROGRAM)
   std::string executable;              // resolved absolute path of what is exec'd
   std::vector<std::string> execArgs;   // argv[1..] of what is exec'd
+  // --legacy_local_rank: "--local_rank" or "--local-rank" inserted as "<flag>=N" into execArgs at
+  // localRankArgAt (after the script or module, before its arguments); empty: none.
+  std::string localRankArg;
+  std::size_t localRankArgAt = 0;
 
   bool dryRun = false;
 };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -39,8 +40,27 @@ int countCudaDevices() {
 
 }  // namespace
 
+int countIntelGpus() {
+  if (const char* mask = std::getenv("ZE_AFFINITY_MASK")) {
+    int n = 0;
+    for (const auto& part : split(mask, ',')) n += trim(part).empty() ? 0 : 1;
+    return n;
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator("/sys/class/drm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("renderD")) continue;
+    const std::string driver = fs::read_symlink(entry.path() / "device" / "driver", ec).filename().string();
+    if (!ec && (driver == "xe" || driver == "i915")) ++n;
+  }
+  return n;
+}
+
 DeviceCounts systemDeviceCounts() {
-  return DeviceCounts{countCudaDevices, [] { return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)); }};
+  return DeviceCounts{countCudaDevices, [] { return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)); },
+                      countIntelGpus};
 }
 
 int resolveNprocPerNode(const std::string& value, const DeviceCounts& counts) {
@@ -50,12 +70,17 @@ int resolveNprocPerNode(const std::string& value, const DeviceCounts& counts) {
     if (gpus <= 0) throw ConfigError("--nproc_per_node=gpu: no CUDA device is visible on this machine");
     return gpus;
   }
+  if (value == "xpu") {
+    int xpus = counts.xpus ? counts.xpus() : 0;
+    if (xpus <= 0) throw ConfigError("--nproc_per_node=xpu: no Intel GPU (XPU) is visible on this machine");
+    return xpus;
+  }
   if (value == "auto") {
     int gpus = counts.gpus();
     return gpus > 0 ? gpus : counts.cpus();
   }
   auto n = parseInt(value);
-  if (!n) throw ConfigError("--nproc_per_node '" + value + "': expected a number, auto, cpu or gpu");
+  if (!n) throw ConfigError("--nproc_per_node '" + value + "': expected a number, auto, cpu, gpu or xpu");
   if (*n < 1 || *n > kMaxNprocPerNode) {
     throw ConfigError("--nproc_per_node " + value + ": must be between 1 and " + std::to_string(kMaxNprocPerNode));
   }

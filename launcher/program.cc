@@ -34,9 +34,25 @@ std::string findExecutable(const std::string& name, const std::string& path) {
 }
 
 ResolvedProgram resolveProgram(const std::string& program, const std::vector<std::string>& args, bool module,
-                               bool noPython, const std::string& pythonExec, const std::string& path) {
+                               bool noPython, const std::string& pythonExec, const std::string& path, bool runPath) {
   if (program.empty()) throw ConfigError("missing PROGRAM: what should each worker run? (see ddprun --help)");
   ResolvedProgram out;
+  if (runPath) {
+    if (program.front() != '/') throw ConfigError("--run_path: PROGRAM '" + program + "' must be an absolute path");
+    struct stat st {};
+    if (::stat(program.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      throw ConfigError("PROGRAM '" + program + "': no such file");
+    }
+    out.executable = findExecutable(pythonExec, path);
+    if (out.executable.empty()) {
+      throw ConfigError("python interpreter '" + pythonExec + "' not found on PATH (set PYTHON_EXEC)");
+    }
+    out.args = {"-u", "-c",
+                "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+                program};
+    out.args.insert(out.args.end(), args.begin(), args.end());
+    return out;
+  }
   if (module && noPython) throw ConfigError("-m/--module and --no_python cannot be used together");
   if (module || (!noPython && endsWith(program, ".py"))) {
     out.executable = findExecutable(pythonExec, path);

@@ -13,8 +13,12 @@ struct ResolvedProgram {
 };
 
 // Throws ConfigError naming the program when it does not exist or cannot be executed.
+// runPath (torchrun's --run_path): PROGRAM, an absolute path to a Python file, runs through
+// runpy.run_path(PROGRAM, run_name="__main__") with sys.argv = [PROGRAM, ARGS...]; it wins over
+// -m and --no_python, as in torchrun.
 ResolvedProgram resolveProgram(const std::string& program, const std::vector<std::string>& args, bool module,
-                               bool noPython, const std::string& pythonExec, const std::string& path);
+                               bool noPython, const std::string& pythonExec, const std::string& path,
+                               bool runPath = false);
 
 // The executable a command name refers to: itself when it has a '/', else the first match on PATH.
 // Empty when nothing executable is found.

@@ -3,7 +3,7 @@
 # made (it copies this script there):   bash .gpu/gpu_check.sh [OUTDIR]
 # 1. the NCCL unit tests ([nccl]) against the real CUDA runtime and NCCL, one process each;
 # 2. train --backend nccl under ddprun (one rank per GPU) and the same run on gloo: same digest;
-# 3. two local ranks on one GPU with --backend nccl: what happens (NCCL refuses duplicate devices);
+# 3. two local ranks with one GPU visible and --backend nccl: a clear refusal, never a shared GPU;
 # 4. PyTorch 2.x (the machine's own) under ddprun: the torch DDP example on gloo, and an NCCL
 #    all_reduce on cuda through env://.
 # Prints one "gpu_check: <name>: PASS|FAIL|INFO ..." line per check and a closing count.
@@ -70,9 +70,17 @@ else
   result "train nccl vs gloo, 1 rank" FAIL "exit nccl $rc_n gloo $rc_g; nccl '$dn' gloo '$dg'; $(tail -3 train_nccl.log | tr '\n' ' ')"
 fi
 
-# 3. two local ranks, one GPU.
-timeout 120 ddprun --standalone --nproc_per_node=2 train --epochs 2 --seed 3 --backend nccl > train_two_on_one.log 2>&1
-result "train nccl, 2 ranks on 1 GPU" INFO "exit $?: $(grep -v '^\s*$' train_two_on_one.log | tail -4 | tr '\n' ' ' | cut -c1-600)"
+# 3. two local ranks, one GPU visible: local rank 1 refuses with a clear error (never two ranks on
+#    one GPU); the same check runs on simulated devices in tests/e2e/test_simgpu_train.py.
+timeout 120 env CUDA_VISIBLE_DEVICES=0 ddprun --standalone --nproc_per_node=2 train --epochs 2 --seed 3 --backend nccl \
+  > train_two_on_one.log 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "LOCAL_RANK=1 of LOCAL_WORLD_SIZE=2 has no CUDA device of its own" train_two_on_one.log; then
+  result "train nccl, 2 ranks with 1 GPU visible: clear refusal" PASS ""
+else
+  result "train nccl, 2 ranks with 1 GPU visible: clear refusal" FAIL \
+    "exit $rc: $(grep -v '^\s*$' train_two_on_one.log | tail -4 | tr '\n' ' ' | cut -c1-600)"
+fi
 
 # 4. PyTorch 2.x under ddprun.
 timeout 300 ddprun --standalone --nproc_per_node=2 "$here/examples/ddp_train.py" --out "$out/model.pt" --epochs 2 > torch_gloo.log 2>&1
@@ -94,6 +102,16 @@ timeout 300 ddprun --standalone --nproc_per_node=1 nccl_allreduce.py > torch_ncc
 rc=$?
 if [ $rc -eq 0 ] && grep -q "nccl all_reduce ok" torch_nccl.log; then result "torch nccl all_reduce x1" PASS ""; else
   result "torch nccl all_reduce x1" FAIL "exit $rc: $(tail -5 torch_nccl.log | tr '\n' ' ')"; fi
+
+# 5. --numa_binding with the real driver's PCI addresses and this machine's sysfs: every mode gives
+#    local rank 0 a non-empty CPU set (--dry_run prints it), and a worker really runs on it.
+for mode in node socket exclusive core-complex; do
+  line="$(ddprun --numa_binding=$mode --nproc_per_node=1 --dry_run /bin/true 2>&1 | grep -E '^  0 -> 0  cpus [0-9]')"
+  if [ -n "$line" ]; then result "numa_binding=$mode" PASS "${line#  0 -> 0  }"; else
+    result "numa_binding=$mode" FAIL "$(ddprun --numa_binding=$mode --nproc_per_node=1 --dry_run /bin/true 2>&1 | head -3 | tr '\n' ' ')"; fi
+done
+ddprun --numa_binding=node --nproc_per_node=1 --no_python /bin/sh -c 'grep Cpus_allowed_list /proc/self/status' > numa_run.log 2>&1
+result "numa_binding=node, a worker's own affinity" INFO "$(tr '\n' ' ' < numa_run.log | cut -c1-200); machine: $(nproc) CPUs, nodes $(ls /sys/devices/system/node | grep -c node)"
 
 echo "gpu_check: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -8,7 +8,7 @@ packages=(
   libboost1.81-dev libboost-filesystem1.81-dev libboost-system1.81-dev libboost-json1.81-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
-  python3-torch iproute2 procps
+  python3-torch iproute2 procps iptables
   slurm-client  # scontrol: the oracle for Slurm hostlist expansion in the tests
 )
 

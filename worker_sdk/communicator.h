@@ -50,9 +50,13 @@ struct CommunicatorOptions {
   // local address that routes to MASTER_ADDR (loopback when MASTER_ADDR is this machine's
   // loopback), else the host name.
   std::string glooHostname;
-  // nccl: the CUDA device. -1: LOCAL_RANK, or 0 when CUDA_VISIBLE_DEVICES names a single device
-  // (ddprun --virtual_local_rank).
+  // nccl: the CUDA device. -1: LOCAL_RANK (ddprun --virtual_local_rank gives every worker
+  // LOCAL_RANK=0 and only its own device). A local rank without a device of its own is a
+  // ddprun::ConfigError: two local ranks never share a GPU.
   int device = -1;
+  // How long the destructor lets operations already issued finish (a peer may still be on its
+  // way to the last collective) before it aborts the communicator instead; at most `timeout`.
+  std::chrono::milliseconds shutdownTimeout = std::chrono::seconds(5);
 };
 
 class Communicator {

@@ -2,14 +2,19 @@
 // (config.blocking = 0), so that its set-up and every operation can be bounded by the timeout:
 // a hung peer or an asynchronous NCCL error ends in ncclCommAbort, never in a blocked restart.
 //
-// Operations are enqueued on the communicator's own CUDA stream (ordered with the legacy default
-// stream; work on other streams must be synchronized by the caller first); a Work records a CUDA
-// event and its wait() polls that event and ncclCommGetAsyncError until done, failed or past the
-// deadline, so wait() blocks the host, not a stream.
+// Operations are enqueued on the communicator's own non-blocking CUDA stream, after the work
+// issued before them on the legacy default stream (where a plain CUDA program produces its
+// buffers; one event, the host does not wait); work on other streams must be synchronized by the
+// caller first. Later default-stream work is not held behind a collective in flight. Each
+// operation records a CUDA event; a watchdog thread (nccl_state.h) polls every operation in
+// flight and ncclCommGetAsyncError, and aborts the communicator when one fails or runs past the
+// timeout, even when nobody waits; Work::wait() polls too, so it returns within microseconds.
 //
-// Staging buffers (for host-side callers such as GradientReducer) are device memory whose copies
-// are enqueued on that same stream: a copy in is ordered before the next collective, and a copy
-// out after the last one, then synchronized, so the host reads final values.
+// Staging buffers (for host-side callers such as GradientReducer) are device memory with a
+// pinned host mirror, from a pool: a copy in is a memcpy into the mirror plus an asynchronous
+// copy on the communicator's stream (it never waits for the stream, so it never waits for a
+// slow peer), ordered before the next collective; a copy out is ordered after the last one and
+// waited for, bounded by the timeout, so the host reads final values.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -24,6 +29,7 @@
 #include "common/strings.h"
 #include "worker_sdk/backends.h"
 #include "worker_sdk/nccl_check.h"
+#include "worker_sdk/nccl_state.h"
 #include "worker_sdk/prefix_store.h"
 #include "worker_sdk/unique_id_exchange.h"
 #include "worker_sdk/work_state.h"
@@ -63,7 +69,10 @@ void backoff(int& round) {
   std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 << std::min(round++, 7))));
 }
 
-// LOCAL_RANK, or 0 when CUDA_VISIBLE_DEVICES names one device (ddprun --virtual_local_rank).
+// LOCAL_RANK, the device of this local rank. With --virtual_local_rank every worker has
+// LOCAL_RANK=0 and sees only its own device, so that is device 0 there too. Fewer devices than
+// local ranks is an error, never two local ranks on one GPU (NCCL would refuse it at init
+// with "Duplicate GPU detected", or worse, oversubscribe it).
 int chooseDevice(const Env& env, const CommunicatorOptions& options, int deviceCount) {
   if (deviceCount <= 0) {
     throw ddprun::ConfigError("backend 'nccl': no CUDA device is visible (cudaGetDeviceCount reports none)");
@@ -75,186 +84,121 @@ int chooseDevice(const Env& env, const CommunicatorOptions& options, int deviceC
     }
     return options.device;
   }
-  if (!env.cudaVisibleDevices.empty() && ddprun::split(env.cudaVisibleDevices, ',').size() == 1) return 0;
   if (env.localRank >= deviceCount) {
-    throw ddprun::ConfigError("LOCAL_RANK=" + std::to_string(env.localRank) + " has no CUDA device: " +
-                              std::to_string(deviceCount) + " visible (CUDA_VISIBLE_DEVICES='" +
-                              env.cudaVisibleDevices + "')");
+    throw ddprun::ConfigError(
+        "backend 'nccl': LOCAL_RANK=" + std::to_string(env.localRank) + " of LOCAL_WORLD_SIZE=" +
+        std::to_string(env.localWorldSize) + " has no CUDA device of its own: " + std::to_string(deviceCount) +
+        " visible (CUDA_VISIBLE_DEVICES='" + env.cudaVisibleDevices +
+        "'); NCCL needs one device per local rank: make as many devices visible as local ranks, run fewer "
+        "(--nproc_per_node), or give each worker its own device with ddprun --virtual_local_rank");
   }
   return env.localRank;
 }
 
-// ncclGetLastError, never null.
-std::string lastError(ncclComm_t comm) {
-  const char* text = ncclGetLastError(comm);
-  return text ? text : "";
+#ifndef DDP_NCCL_MIN_MAJOR  // set by worker_sdk/CMakeLists.txt from cmake/NcclVersion.cmake
+#define DDP_NCCL_MIN_MAJOR 2
+#define DDP_NCCL_MIN_MINOR 14
+#endif
+
+// The NCCL library loaded at run time may be older than the header libddp was built with (the
+// machine's own libnccl): refuse one without the API this file relies on, with both versions,
+// before a missing symbol ends the process.
+void checkNcclVersion() {
+  int code = 0;
+  DDP_NCCL_CHECK(ncclGetVersion(&code), nullptr);
+  // NCCL_VERSION(): major * 1000 + minor * 100 + patch up to 2.8, major * 10000 + ... since 2.9.
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
+  const int patch = code % 100;
+  if (major < DDP_NCCL_MIN_MAJOR || (major == DDP_NCCL_MIN_MAJOR && minor < DDP_NCCL_MIN_MINOR)) {
+    throw ddprun::ConfigError("backend 'nccl': the NCCL library loaded is " + std::to_string(major) + "." +
+                              std::to_string(minor) + "." + std::to_string(patch) + ", libddp needs " +
+                              std::to_string(DDP_NCCL_MIN_MAJOR) + "." + std::to_string(DDP_NCCL_MIN_MINOR) +
+                              " or newer (built against " + std::to_string(NCCL_MAJOR) + "." +
+                              std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) + ")");
+  }
 }
-
-// Makes `device` current on the calling thread for one call, then restores the thread's own.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    DDP_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) DDP_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
-// What the communicator and its Works share: the NCCL communicator may only be touched under
-// mutex, and once aborted, never again.
-struct NcclState {
-  ~NcclState() {
-    if (scratch) cudaFree(scratch);
-    if (stream) cudaStreamDestroy(stream);
-  }
-
-  // Records why the communicator is unusable and aborts it, once.
-  void abortLocked(const std::string& why) {
-    if (failure.empty()) failure = why;
-    if (comm && !aborted) {
-      ncclCommAbort(comm);
-      aborted = true;
-    }
-  }
-  void abort(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mutex);
-    abortLocked(why);
-  }
-
-  // Polls until the communicator is no longer ncclInProgress; aborts on an error or at deadline.
-  void waitReady(Clock::time_point deadline, const std::string& what) {
-    int round = 0;
-    while (true) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (aborted) throw ddprun::StateError("nccl " + what + ": " + failure);
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-        if (rc != ncclSuccess) state = rc;
-        if (state == ncclSuccess) return;
-        if (state != ncclInProgress) {
-          const std::string msg = std::string("nccl ") + what + ": " + ncclGetErrorString(state) + " (" +
-                                  lastError(comm) + ")";
-          abortLocked(msg);
-          throw ddprun::Error(msg);
-        }
-        if (Clock::now() >= deadline) {
-          const std::string msg = "nccl " + what + " timed out";
-          abortLocked(msg);
-          throw ddprun::TimeoutError(msg);
-        }
-      }
-      backoff(round);
-    }
-  }
-
-  std::mutex mutex;
-  ncclComm_t comm = nullptr;
-  bool aborted = false;    // comm is gone: aborted, or destroyed
-  bool destroyed = false;  // destroyed cleanly, after every operation finished
-  std::string failure;  // empty while healthy
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  void* scratch = nullptr;  // one int32 for barrier()
-  milliseconds timeout{0};
-};
 
 class NcclWork final : public WorkState {
  public:
-  NcclWork(std::shared_ptr<NcclState> state, cudaEvent_t event, std::string what)
-      : state_(std::move(state)), event_(event), what_(std::move(what)), deadline_(Clock::now() + state_->timeout) {}
-  ~NcclWork() override { cudaEventDestroy(event_); }
+  NcclWork(std::shared_ptr<NcclState> state, std::shared_ptr<PendingOp> op)
+      : state_(std::move(state)), op_(std::move(op)) {}
 
+  // Polls the op (as the watchdog does) until it is done or failed; the deadline and abort are
+  // the watchdog's, so a wait() never outlasts the timeout.
   void wait() override {
-    if (succeeded_) return;
     int round = 0;
-    while (true) {
-      const cudaError_t rc = cudaEventQuery(event_);
-      if (rc == cudaSuccess) {
-        std::lock_guard<std::mutex> lock(state_->mutex);
-        // An abort ends the kernels too: their output is not a result.
-        if (state_->aborted && !state_->destroyed) throw ddprun::StateError("nccl " + what_ + ": " + state_->failure);
-        succeeded_ = true;
-        return;
-      }
-      if (rc != cudaErrorNotReady) {
-        const std::string msg = "nccl " + what_ + ": " + cudaGetErrorString(rc);
-        state_->abort(msg);
-        throw ddprun::Error(msg);
-      }
-      {
-        std::lock_guard<std::mutex> lock(state_->mutex);
-        if (state_->aborted) throw ddprun::StateError("nccl " + what_ + ": " + state_->failure);
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(state_->comm, &async);
-        if (async != ncclSuccess && async != ncclInProgress) {
-          const std::string msg = "nccl " + what_ + ": " + ncclGetErrorString(async) + " (" +
-                                  lastError(state_->comm) + ")";
-          state_->abortLocked(msg);
-          throw ddprun::Error(msg);
-        }
-        if (Clock::now() >= deadline_) {
-          const std::string msg = "nccl " + what_ + " timed out after " + std::to_string(state_->timeout.count()) +
-                                  " ms; the communicator was aborted";
-          state_->abortLocked(msg);
-          throw ddprun::TimeoutError(msg);
-        }
-      }
-      backoff(round);
-    }
+    while (!poll()) backoff(round);
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (op_->done) return;
+    if (op_->timedOut) throw ddprun::TimeoutError(op_->error);
+    throw ddprun::StateError(op_->error);
   }
 
-  bool isCompleted() override {
-    if (cudaEventQuery(event_) != cudaErrorNotReady) return true;
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->aborted;
-  }
+  bool isCompleted() override { return poll(); }
 
  private:
+  bool poll() {
+    DeviceGuard onDevice(state_->device);  // never a query on device 0 from a helper thread
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->pollLocked(*op_);
+  }
+
   std::shared_ptr<NcclState> state_;
-  cudaEvent_t event_;
-  const std::string what_;
-  const Clock::time_point deadline_;
-  std::atomic<bool> succeeded_{false};  // seen complete before any abort
+  std::shared_ptr<PendingOp> op_;
 };
 
-// Device memory on the communicator's device; copies run on its stream (see the file comment).
+// A pooled block on the communicator's device (see the file comment).
 class NcclStagingBuffer final : public StagingBuffer {
  public:
   NcclStagingBuffer(std::shared_ptr<NcclState> state, std::size_t bytes)
       : StagingBuffer(bytes), state_(std::move(state)) {
     if (bytes == 0) return;
+    block_ = state_->takeBlock(bytes);
     DeviceGuard onDevice(state_->device);
-    DDP_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    const cudaError_t rc = cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming);
+    if (rc != cudaSuccess) state_->giveBlock(block_);
+    DDP_CUDA_CHECK(rc);
   }
-  // cudaFree waits for work still using the buffer; an aborted communicator has ended its kernels.
+  // Back to the pool, not cudaFree (which would synchronize the device): the next copy in or
+  // collective on it is ordered on the same stream after everything issued on it so far.
   ~NcclStagingBuffer() override {
-    if (data_) cudaFree(data_);
+    if (copied_) {
+      try {
+        DeviceGuard onDevice(state_->device);
+        cudaEventDestroy(copied_);
+      } catch (...) {
+      }
+    }
+    state_->giveBlock(block_);
   }
 
-  void* data() override { return data_; }
+  void* data() override { return block_.device; }
 
  protected:
   void doCopyFromHost(const void* src, std::size_t bytes, std::size_t offset) override {
     checkUsable("copyFromHost");
+    // The mirror's bytes at offset are free: the copy before it from there was ordered before
+    // the last copyToHost(), which waited for it.
+    std::memcpy(static_cast<std::byte*>(block_.host) + offset, src, bytes);
     DeviceGuard onDevice(state_->device);
-    DDP_CUDA_CHECK(cudaMemcpyAsync(at(offset), src, bytes, cudaMemcpyHostToDevice, state_->stream));
+    DDP_CUDA_CHECK(cudaMemcpyAsync(deviceAt(offset), static_cast<std::byte*>(block_.host) + offset, bytes,
+                                   cudaMemcpyHostToDevice, state_->stream));
   }
   void doCopyToHost(void* dst, std::size_t bytes, std::size_t offset) override {
     checkUsable("copyToHost");
-    DeviceGuard onDevice(state_->device);
-    DDP_CUDA_CHECK(cudaMemcpyAsync(dst, at(offset), bytes, cudaMemcpyDeviceToHost, state_->stream));
-    // Also the completion of every earlier copy in, whose host source may be reused from now on.
-    DDP_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
+    {
+      DeviceGuard onDevice(state_->device);
+      DDP_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(block_.host) + offset, deviceAt(offset), bytes,
+                                     cudaMemcpyDeviceToHost, state_->stream));
+      DDP_CUDA_CHECK(cudaEventRecord(copied_, state_->stream));
+    }
+    waitCopied();
+    std::memcpy(dst, static_cast<std::byte*>(block_.host) + offset, bytes);
   }
 
  private:
-  std::byte* at(std::size_t offset) { return static_cast<std::byte*>(data_) + offset; }
+  std::byte* deviceAt(std::size_t offset) { return static_cast<std::byte*>(block_.device) + offset; }
   // An aborted communicator's buffers hold no result: fail as its collectives do.
   void checkUsable(const char* what) {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -262,21 +206,57 @@ class NcclStagingBuffer final : public StagingBuffer {
       throw ddprun::StateError(std::string("nccl staging ") + what + " refused: " + state_->failure);
     }
   }
+  // The copy out, and everything before it on the stream, bounded by the timeout: past it the
+  // communicator is aborted (what holds the stream up is a collective that cannot finish).
+  void waitCopied() {
+    const auto start = Clock::now();
+    int round = 0;
+    while (true) {
+      {
+        DeviceGuard onDevice(state_->device);
+        const cudaError_t rc = cudaEventQuery(copied_);
+        if (rc == cudaSuccess) break;
+        if (rc != cudaErrorNotReady) DDP_CUDA_CHECK(rc);
+      }
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (state_->aborted && !state_->destroyed) {
+        throw ddprun::StateError("nccl staging copyToHost: " + state_->failure);
+      }
+      if (Clock::now() - start >= state_->timeout) {
+        const std::string msg = "nccl staging copyToHost (rank " + std::to_string(state_->rank) +
+                                ") timed out after " + std::to_string(state_->timeout.count()) +
+                                " ms behind the communicator's stream; the communicator was aborted";
+        state_->abortLocked(msg);
+        throw ddprun::TimeoutError(msg);
+      }
+      backoff(round);
+    }
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    // Aborted while the copy ran: its source may be a collective's unfinished output.
+    if (state_->aborted && !state_->destroyed) throw ddprun::StateError("nccl staging copyToHost: " + state_->failure);
+  }
 
-  std::shared_ptr<NcclState> state_;  // keeps the stream alive as long as the buffer
-  void* data_ = nullptr;
+  std::shared_ptr<NcclState> state_;  // keeps the stream and the pool alive as long as the buffer
+  StagingBlock block_;
+  cudaEvent_t copied_ = nullptr;
 };
 
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const Env& env, Store& store, const CommunicatorOptions& options)
-      : rank_(env.rank), size_(env.worldSize), state_(std::make_shared<NcclState>()) {
+      : rank_(env.rank), size_(env.worldSize), shutdownTimeout_(options.shutdownTimeout),
+        state_(std::make_shared<NcclState>()) {
     state_->timeout = options.timeout;
+    state_->rank = rank_;
+    state_->size = size_;
     state_->device = chooseDevice(env, options, cudaDeviceCount());
+    checkNcclVersion();
+    // The constructing thread works on the communicator's device from now on.
     DDP_CUDA_CHECK(cudaSetDevice(state_->device));
-    // A blocking stream: ordered with the legacy default stream, where a plain CUDA program
-    // produces its gradients, so no extra synchronization is needed before a collective.
-    DDP_CUDA_CHECK(cudaStreamCreate(&state_->stream));
+    // Non-blocking: the legacy default stream (a program's compute) never waits for a collective
+    // in flight; collectives wait for earlier default-stream work through `order` instead.
+    DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&state_->order, cudaEventDisableTiming));
     DDP_CUDA_CHECK(cudaMalloc(&state_->scratch, sizeof(int32_t)));
 
     const auto deadline = Clock::now() + options.timeout;
@@ -302,31 +282,19 @@ class NcclCommunicator final : public Communicator {
     }
     state_->waitReady(deadline, "ncclCommInitRankConfig of rank " + std::to_string(rank_) + " of " +
                                     std::to_string(size_));
+    state_->startWatchdog();
   }
 
-  // Finishes what was issued (bounded by the timeout) and destroys the communicator; aborts it
-  // instead when it failed or a peer holds it up.
+  // Finishes what was issued and destroys the communicator; aborts it instead when it failed, or
+  // when what was issued does not finish within shutdownTimeout (a peer that never joins a
+  // collective must not hold a destructor for the whole collective timeout).
   ~NcclCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      if (!state_->comm || state_->aborted) return;
-      const ncclResult_t rc = ncclCommFinalize(state_->comm);
-      if (rc != ncclSuccess && rc != ncclInProgress) {
-        state_->abortLocked(std::string("ncclCommFinalize: ") + ncclGetErrorString(rc));
-        return;
-      }
-    }
     try {
-      state_->waitReady(Clock::now() + state_->timeout, "ncclCommFinalize");
-    } catch (const std::exception&) {
-      return;  // waitReady aborted it
+      finalizeOrAbort();
+    } catch (const std::exception& e) {
+      state_->abort(std::string("destroying the communicator: ") + e.what());
     }
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    if (state_->aborted) return;
-    ncclCommDestroy(state_->comm);
-    state_->aborted = true;
-    state_->destroyed = true;
-    state_->failure = "the communicator was destroyed";
+    state_->stopWatchdog();
   }
 
   int rank() const override { return rank_; }
@@ -374,13 +342,24 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Everything that can fail before NCCL is called happens first (event creation, ordering):
+  // a failed start leaves nothing in flight, so a caller may retry it. Once the collective is
+  // enqueued, a failure to track it aborts the communicator: an untracked collective would pair
+  // with the peers' next one.
   template <typename Call>
-  Work enqueue(const std::string& what, Call call) {
-    const auto deadline = Clock::now() + state_->timeout;
+  Work enqueue(const std::string& name, Call call) {
+    DeviceGuard onDevice(state_->device);
+    auto op = std::make_shared<PendingOp>();
+    op->device = state_->device;
+    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&op->event, cudaEventDisableTiming));
+    std::string what;
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
-      if (state_->aborted) throw ddprun::StateError("nccl " + what + " refused: " + state_->failure);
-      DeviceGuard onDevice(state_->device);
+      if (state_->aborted) throw ddprun::StateError("nccl " + name + " refused: " + state_->failure);
+      what = op->what = state_->describe(name, ++state_->issued);
+      // After the default stream's earlier work (the buffers' producer), without holding the host.
+      DDP_CUDA_CHECK(cudaEventRecord(state_->order, cudaStreamLegacy));
+      DDP_CUDA_CHECK(cudaStreamWaitEvent(state_->stream, state_->order, 0));
       try {
         DDP_NCCL_CHECK(call(state_->comm, state_->stream), state_->comm);
       } catch (const ddprun::Error& e) {
@@ -388,18 +367,49 @@ class NcclCommunicator final : public Communicator {
         throw;
       }
     }
-    state_->waitReady(deadline, what);  // a non-blocking communicator may still be enqueuing
-    DeviceGuard onDevice(state_->device);  // the event must belong to the stream's device
-    cudaEvent_t event = nullptr;
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    const cudaError_t rc = cudaEventRecord(event, state_->stream);
-    if (rc != cudaSuccess) cudaEventDestroy(event);
-    DDP_CUDA_CHECK(rc);
-    return Work(std::make_shared<NcclWork>(state_, event, what));
+    state_->waitReady(Clock::now() + state_->timeout, what);  // a non-blocking communicator may still be enqueuing
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    const cudaError_t rc = cudaEventRecord(op->event, state_->stream);
+    if (rc != cudaSuccess) {
+      const std::string msg = "nccl " + what + ": cudaEventRecord: " + cudaGetErrorName(rc) +
+                              "; the collective cannot be tracked, the communicator was aborted";
+      state_->abortLocked(msg);
+      throw ddprun::Error(msg);
+    }
+    op->start = Clock::now();
+    op->deadline = op->start + state_->timeout;
+    state_->trackLocked(op);
+    return Work(std::make_shared<NcclWork>(state_, op));
+  }
+
+  void finalizeOrAbort() {
+    const auto deadline = Clock::now() + std::min(state_->timeout, shutdownTimeout_);
+    DeviceGuard onDevice(state_->device);
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (!state_->comm || state_->aborted) return;
+      const ncclResult_t rc = ncclCommFinalize(state_->comm);
+      if (rc != ncclSuccess && rc != ncclInProgress) {
+        state_->abortLocked(std::string("ncclCommFinalize: ") + ncclGetErrorString(rc));
+        return;
+      }
+    }
+    try {
+      state_->waitReady(deadline, "ncclCommFinalize");
+    } catch (const std::exception&) {
+      return;  // waitReady aborted it
+    }
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->aborted) return;
+    ncclCommDestroy(state_->comm);
+    state_->aborted = true;
+    state_->destroyed = true;
+    state_->failure = "the communicator was destroyed";
   }
 
   const int rank_;
   const int size_;
+  const milliseconds shutdownTimeout_;
   std::shared_ptr<NcclState> state_;
 };
 

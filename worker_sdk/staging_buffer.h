@@ -1,8 +1,9 @@
 // A collective's buffer in the memory its communicator works on, filled from and read back into
 // host memory: what lets host-side code (GradientReducer, a loss all-reduce) run on any backend
 // without knowing where the backend's buffers live. Made by Communicator::makeStagingBuffer():
-// plain host memory for gloo (the copies are memcpy), device memory for nccl (the copies are
-// enqueued on the communicator's CUDA stream, so they are ordered with its collectives).
+// plain host memory for gloo (the copies are memcpy), device memory for nccl (the copies go
+// through a pinned host mirror and are enqueued on the communicator's CUDA stream, so they are
+// ordered with its collectives and a copy in never waits for the stream).
 #pragma once
 
 #include <cstddef>

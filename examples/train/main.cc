@@ -2,6 +2,8 @@
 //   ddprun --standalone --nproc_per_node=4 build/bin/train --epochs 5
 // Exit codes: 0 done, 1 a runtime failure (store, collective, checkpoint), 2 bad flags or a bad
 // environment (including --backend nccl without a CUDA device), 3 the --crash_at_epoch test hook.
+#include <chrono>
+#include <cstdint>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -44,7 +46,9 @@ int main(int argc, char** argv) {
   }
   try {
     auto store = ddp::makeStore(env);
-    auto comm = ddp::makeCommunicator(ddp::parseBackend(options.backend), env, *store);
+    ddp::CommunicatorOptions commOptions;
+    commOptions.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutS * 1000));
+    auto comm = ddp::makeCommunicator(ddp::parseBackend(options.backend), env, *store, commOptions);
     return train::runTraining(options, env, *comm, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "train (rank " << env.rank << "): " << e.what() << std::endl;

@@ -25,7 +25,7 @@ T parseNumber(const std::string& flag, const std::string& text, T min) {
 
 const char* usage() {
   return "usage: train [--epochs N] [--batch B] [--lr X] [--seed S] [--samples N] [--backend gloo|nccl]\n"
-         "             [--checkpoint PATH] [--crash_at_epoch E]\n"
+         "             [--checkpoint PATH] [--crash_at_epoch E] [--timeout SECONDS]\n"
          "Run under ddprun, e.g.: ddprun --standalone --nproc_per_node=4 train --epochs 5\n";
 }
 
@@ -38,6 +38,7 @@ Options parseOptions(int argc, char** argv) {
       {"--lr", [&](auto& f, auto& v) { o.lr = parseNumber<double>(f, v, 0.0); }},
       {"--seed", [&](auto& f, auto& v) { o.seed = parseNumber<uint64_t>(f, v, 0); }},
       {"--samples", [&](auto& f, auto& v) { o.samples = parseNumber<int>(f, v, 1); }},
+      {"--timeout", [&](auto& f, auto& v) { o.timeoutS = parseNumber<double>(f, v, 0.001); }},
       {"--crash_at_epoch", [&](auto& f, auto& v) { o.crashAtEpoch = parseNumber<int>(f, v, 0); }},
       {"--checkpoint", [&](auto& f, auto& v) {
          if (v.empty()) throw std::invalid_argument(f + " expects a path");

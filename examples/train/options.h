@@ -1,5 +1,5 @@
 // The trainer's command line: --epochs N --batch B --lr X --seed S --backend gloo|nccl
-// --checkpoint PATH --crash_at_epoch E (both "--flag value" and "--flag=value").
+// --checkpoint PATH --crash_at_epoch E --timeout S (both "--flag value" and "--flag=value").
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@ struct Options {
   std::string checkpoint;      // empty: no checkpoint
   int crashAtEpoch = 0;        // test hook: rank 1 exits with 3 at the start of this epoch (first attempt only)
   int samples = 4096;
+  double timeoutS = 1800;      // the communicator's timeout (bootstrap and every collective)
   bool help = false;
 };
 

@@ -41,6 +41,7 @@ using ddprun::Micros;
 using ddprun::NodeInfo;
 using ddprun::Notice;
 using ddprun::Rejection;
+using ddprun::RejectCode;
 using ddprun::RendezvousRules;
 using ddprun::RendezvousState;
 using ddprun::RoundAssignment;
@@ -176,7 +177,13 @@ class Driver {
       if (auto* a = std::get_if<RoundAssignment>(&n.body)) assignments.emplace_back(n.nodeId, *a);
       if (auto* i = std::get_if<RoundInterruption>(&n.body)) interruptions.emplace_back(n.nodeId, *i);
       if (auto* e = std::get_if<JobEnd>(&n.body)) ends.emplace_back(n.nodeId, *e);
-      if (std::holds_alternative<Rejection>(n.body)) {
+      if (auto* r = std::get_if<Rejection>(&n.body)) {
+        if (r->code == RejectCode::kEvicted) {
+          // A tick tells each node it declares dead, and only such nodes: members before, gone after.
+          FUZZ_CHECK(event == Event::kTick, "an eviction outside a tick");
+          FUZZ_CHECK(before_.nodes.count(n.nodeId) && !state_->hasNode(n.nodeId), "an eviction of a node that stays or never was");
+          continue;
+        }
         ++rejections;
         FUZZ_CHECK(n.nodeId == id, "a rejection reached a node that did not send the event");
       }

@@ -36,6 +36,26 @@ class SignalForwardingTest(DdprunTestCase):
                 self.assert_no_crash_text(res.stderr, res)
                 self.assert_no_survivors(job, res)
 
+    def test_usr1_and_usr2_are_forwarded_by_default(self):
+        # Slurm's --signal=USR1@TIME (and checkpoint-on-signal setups) send USR1 or USR2 before the
+        # end of a job: by default ddprun forwards them and exits 128+N after the workers, instead
+        # of dying at once by the signal's default action as torchrun does.
+        for sig, name in ((signal.SIGUSR1, "USR1"), (signal.SIGUSR2, "USR2")):
+            with self.subTest(signal=name):
+                sub = self.path(name)
+                os.mkdir(sub)
+                job = self.start(["--standalone", "--nproc_per_node=2", "--shutdown_timeout=300",
+                                  SH, worker("trap_signals.sh"), sub])
+                self.wait_for_files(["%s/ready_%d" % (name, r) for r in range(2)], job=job)
+                job.signal(sig)
+                res = job.wait(why="the workers exit on the signal; ddprun must not wait out the 300 s grace")
+                self.assert_exit(res, 128 + sig)
+                for r in range(2):
+                    self.assertEqual(self.read("%s/sig_%d" % (name, r)).strip(), name,
+                                     "worker %d did not get SIG%s\n%s" % (r, name, res.describe()))
+                self.assertIn("received SIG" + name, res.stderr, res.describe())
+                self.assert_no_survivors(job, res)
+
     def test_worker_ignoring_sigterm_is_killed_after_shutdown_timeout(self):
         prog = self.script("stubborn.sh", """
             trap '' TERM

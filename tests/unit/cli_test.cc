@@ -37,6 +37,11 @@ struct CleanPetEnv {
   ScopedEnv redirects{"PET_REDIRECTS", std::nullopt};
   ScopedEnv tee{"PET_TEE", std::nullopt};
   ScopedEnv logLevel{"LOGLEVEL", std::nullopt};
+  ScopedEnv legacyLocalRank{"PET_LEGACY_LOCAL_RANK", std::nullopt};
+  ScopedEnv shutdown{"PET_SHUTDOWN_TIMEOUT", std::nullopt};
+  ScopedEnv torchShutdown{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", std::nullopt};
+  ScopedEnv prefix{"PET_LOG_LINE_PREFIX_TEMPLATE", std::nullopt};
+  ScopedEnv torchPrefix{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", std::nullopt};
   ScopedEnv noSlurm{"PET_NO_SLURM", std::nullopt};
   ScopedEnv slurmJob{"SLURM_JOB_ID", std::nullopt};  // no Slurm: flags and PET_* alone decide
 };
@@ -214,7 +219,7 @@ TEST_CASE("without --standalone: run id none, MASTER_ADDR 127.0.0.1, port 29500"
   CHECK(cfg.maxRestarts == 0);
   CHECK(cfg.role == "default");
   CHECK(cfg.shutdownTimeoutSeconds == 30.0);
-  CHECK(cfg.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(cfg.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
 }
 
 TEST_CASE("flag --standalone: MASTER_ADDR localhost and a fresh uuid-like run id", "[cli]") {
@@ -359,6 +364,69 @@ TEST_CASE("flag -m runs a module under the python on PATH", "[cli]") {
   CHECK(cfg.executable == bin.file("python3"));
   CHECK(cfg.execArgs == std::vector<std::string>{"-u", "-m", "pkg.train", "--epochs", "3"});
   expectUsageError({"-m", "--no_python", "pkg.train"}, "--no_python");
+}
+
+TEST_CASE("flag --legacy_local_rank puts --local_rank or --local-rank after the script, as torch.distributed.launch", "[cli]") {
+  CleanPetEnv clean;
+  ddprun::test::TempDir bin;
+  ddprun::test::writeFile(bin.file("python3"), "#!/bin/sh\n", 0755);
+  ScopedEnv path("PATH", bin.path());
+  ScopedEnv python("PYTHON_EXEC", std::nullopt);
+  auto none = parseRun({"-m", "pkg.train", "--epochs", "3"});
+  CHECK(none.localRankArg.empty());
+  auto module = parseRun({"--legacy_local_rank=underscore", "-m", "pkg.train", "--epochs", "3"});
+  CHECK(module.localRankArg == "--local_rank");
+  REQUIRE(module.localRankArgAt == 3);  // -u -m pkg.train | --epochs 3
+  auto direct = parseRun({"--legacy-local-rank", "dash", "--no_python", "/bin/true", "x"});
+  CHECK(direct.localRankArg == "--local-rank");
+  CHECK(direct.localRankArgAt == 0);  // /bin/true is the executable: its args begin at once
+  {
+    ScopedEnv pet("PET_LEGACY_LOCAL_RANK", "dash");
+    CHECK(parseRun({"/bin/true"}).localRankArg == "--local-rank");
+  }
+  expectUsageError({"--legacy_local_rank=yes", "/bin/true"}, "expected underscore or dash");
+}
+
+TEST_CASE("abbreviated flags work as in torchrun, an ambiguous one is a usage error, a repeated one takes the last value", "[cli]") {
+  CleanPetEnv clean;
+  auto cfg = parseRun({"--nproc-per", "3", "--max_re=2", "--role", "a", "--role", "b", "/bin/true", "--nproc-per"});
+  CHECK(cfg.nprocPerNode == 3);
+  CHECK(cfg.maxRestarts == 2);
+  CHECK(cfg.role == "b");
+  CHECK(cfg.programArgs == std::vector<std::string>{"--nproc-per"});  // the program's own
+  expectUsageError({"--rdzv", "x", "/bin/true"}, "ambiguous option: --rdzv");
+}
+
+TEST_CASE("torchrun's own variables: TORCH_ELASTIC_SHUTDOWN_TIMEOUT and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, below the flags", "[cli]") {
+  CleanPetEnv clean;
+  CHECK(parseRun({"/bin/true"}).shutdownTimeoutSeconds == 30);
+  {
+    ScopedEnv torch("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7");
+    CHECK(parseRun({"/bin/true"}).shutdownTimeoutSeconds == 7);
+    CHECK(parseRun({"--shutdown_timeout=3", "/bin/true"}).shutdownTimeoutSeconds == 3);
+    ScopedEnv pet("PET_SHUTDOWN_TIMEOUT", "5");
+    CHECK(parseRun({"/bin/true"}).shutdownTimeoutSeconds == 5);
+  }
+  {
+    ScopedEnv torch("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "1e300");
+    expectUsageError({"/bin/true"}, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  }
+  ScopedEnv torchPrefix("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${hostname}:${rank}: ");
+  CHECK(parseRun({"/bin/true"}).log.prefixTemplate == "${hostname}:${rank}: ");
+  CHECK(parseRun({"--log_line_prefix_template=X", "/bin/true"}).log.prefixTemplate == "X");
+}
+
+TEST_CASE("flag --print_completion prints a script naming every flag and exits 0", "[cli]") {
+  CleanPetEnv clean;
+  for (const char* shell : {"bash", "zsh", "tcsh"}) {
+    INFO(shell);
+    Parsed p = parse({"--print-completion", shell});
+    CHECK(p.result.kind == Kind::kExit);
+    CHECK(p.result.exitStatus == 0);
+    CHECK_THAT(p.out, Catch::Contains("nproc_per_node") && Catch::Contains("nproc-per-node") &&
+                          Catch::Contains("legacy_local_rank") && Catch::Contains("ddprun"));
+  }
+  expectUsageError({"--print_completion=fish"}, "expected bash, zsh or tcsh");
 }
 
 TEST_CASE("flags --help and --version exit 0 and print to stdout", "[cli]") {

@@ -34,6 +34,8 @@ struct AgentSetup {
   bool writeLogFiles = false;
   bool virtualLocalRank = false;
   std::string role = "default";
+  std::string localRankArg = {};
+  std::size_t localRankArgAt = 0;
 };
 
 // The harness's rendezvous: a LocalRendezvous that can claim a round was fenced, as the gRPC
@@ -92,6 +94,8 @@ struct AgentHarness {
     o.writeLogFiles = setup.writeLogFiles;
     o.virtualLocalRank = setup.virtualLocalRank;
     o.role = setup.role;
+    o.localRankArg = setup.localRankArg;
+    o.localRankArgAt = setup.localRankArgAt;
     o.stdoutConsole = consoleOut;
     o.stderrConsole = consoleErr;
     agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
@@ -160,6 +164,22 @@ TEST_CASE("agent starts one worker per local rank with torchrun's environment", 
     CHECK(std::filesystem::is_directory(std::filesystem::path(errorFile).parent_path()));
   }
   CHECK_FALSE(h.status().has_value());
+}
+
+TEST_CASE("agent passes torch.distributed.launch's --local_rank=N to each worker where launch put it", "[agent]") {
+  // args as resolved for "script.py --epochs 1": [-u, script.py, --epochs, 1]; the flag goes after the script.
+  AgentHarness h(AgentSetup{.nproc = 3, .localRankArg = "--local-rank", .localRankArgAt = 0});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(h.supervisor.spawned()[i].request.args ==
+          std::vector<std::string>{"--local-rank=" + std::to_string(i), "--epochs", "1"});
+    CHECK(h.envOf(i, "LOCAL_RANK") == std::to_string(i));  // the environment contract stays
+  }
+  AgentHarness atEnd(AgentSetup{.nproc = 2, .localRankArg = "--local_rank", .localRankArgAt = 2});
+  atEnd.start();
+  REQUIRE(atEnd.supervisor.spawned().size() == 2);
+  CHECK(atEnd.supervisor.spawned()[1].request.args == std::vector<std::string>{"--epochs", "1", "--local_rank=1"});
 }
 
 TEST_CASE("agent finishes with 0 when every worker exits 0", "[agent]") {

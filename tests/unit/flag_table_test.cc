@@ -92,13 +92,13 @@ TEST_CASE("every flag's environment variable is its default, and the flag overri
   }
 }
 
-TEST_CASE("variables are PET_<NAME>, but LOGLEVEL and none for --dry_run", "[cli][flag_table]") {
+TEST_CASE("variables are PET_<NAME>, but LOGLEVEL and none for --dry_run and --print_completion", "[cli][flag_table]") {
   for (const FlagSpec& flag : flagTable()) {
     INFO("flag " << flag.name);
     std::string expected = "PET_" + std::string(flag.name);
     std::transform(expected.begin(), expected.end(), expected.begin(), ::toupper);
     if (flag.name == "log_level") expected = "LOGLEVEL";
-    if (flag.name == "dry_run") expected = "";
+    if (flag.name == "dry_run" || flag.name == "print_completion") expected = "";
     CHECK(flag.envName == expected);
   }
 }
@@ -114,7 +114,7 @@ TEST_CASE("flags that are not given keep the table's defaults", "[cli][flag_tabl
   }
   CHECK(t.values.text("nproc_per_node") == "1");
   CHECK(t.values.text("master_port") == "29500");
-  CHECK(t.values.text("signals_to_handle") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(t.values.text("signals_to_handle") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
 }
 
 TEST_CASE("alias: --run_id sets --rdzv_id, with a variable of its own", "[cli][flag_table]") {
@@ -181,4 +181,32 @@ TEST_CASE("an option followed by a flag has lost its value: refused unless writt
   CHECK_FALSE(check({"prog", "--role", "--x"}).has_value());              // the program's own arguments
   CHECK_FALSE(check({"--", "--role", "--x"}).has_value());
   CHECK_FALSE(check({"--role"}).has_value());  // a missing value is CLI11's message
+}
+
+TEST_CASE("abbreviations: a prefix naming one flag is that flag, as argparse; an ambiguous one is an error", "[cli][flag_table]") {
+  auto expand = [](std::vector<const char*> words) {
+    words.insert(words.begin(), "ddprun");
+    return ddprun::expandAbbreviations(static_cast<int>(words.size()), words.data());
+  };
+  using V = std::vector<std::string>;
+  CHECK(expand({"--nproc-per", "2", "prog", "--nproc-per"}).args == V{"--nproc_per_node", "2", "prog", "--nproc-per"});
+  CHECK(expand({"--nproc_per=2", "--max-re", "3", "prog"}).args == V{"--nproc_per_node=2", "--max_restarts", "3", "prog"});
+  CHECK(expand({"--standa", "--dry", "prog"}).args == V{"--standalone", "--dry_run", "prog"});
+  CHECK(expand({"--role", "--nproc", "prog"}).args == V{"--role", "--nproc", "prog"});  // the value of --role: flagTakenAsValue refuses it
+  CHECK(expand({"--nnodes", "2", "--", "--nproc-per", "x"}).args == V{"--nnodes", "2", "--", "--nproc-per", "x"});
+  CHECK(expand({"--run", "/abs/x.py"}).error == std::nullopt);  // --run_id is an alias: only --run_path starts with it
+  CHECK(expand({"--unknown_flag", "prog"}).args == V{"--unknown_flag", "prog"});  // left for the parser
+  auto rdzv = expand({"--rdzv", "x", "prog"});
+  REQUIRE(rdzv.error.has_value());
+  CHECK_THAT(*rdzv.error, Catch::Contains("ambiguous option: --rdzv could match") && Catch::Contains("--rdzv_backend") &&
+                              Catch::Contains("--rdzv_endpoint"));
+  CHECK(expand({"--ma=1", "prog"}).error.has_value());  // master_addr, master_port, max_restarts
+  CHECK(expand({}).args.empty());
+}
+
+TEST_CASE("a repeated option takes its last value, as argparse", "[cli][flag_table]") {
+  TableApp t;
+  t.parse({"--role", "a", "--role=b", "--nnodes", "2", "--nnodes", "3", "prog"});
+  CHECK(t.values.text("role") == "b");
+  CHECK(t.values.text("nnodes") == "3");
 }

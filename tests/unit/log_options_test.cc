@@ -79,6 +79,7 @@ TEST_CASE("expandPrefix accepts torchrun's ${name} spelling and every field", "[
   CHECK(expandPrefix("[${rank}]: ", fields) == "[5]: ");
   CHECK(expandPrefix("${role_name}${local_rank}", fields) == "trainer1");
   CHECK(expandPrefix("{host}/{rank}/{local_rank}/{role}/{role_name}", fields) == "node7/5/1/trainer/trainer");
+  CHECK(expandPrefix("${hostname}:${rank}: ", fields) == "node7:5: ");  // torchrun 2.x's macros
   CHECK(expandPrefix("no fields at all", fields) == "no fields at all");
   CHECK(expandPrefix("cost $5 {rank}", fields) == "cost $5 5");
   CHECK(expandPrefix("", fields).empty());

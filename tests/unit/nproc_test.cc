@@ -16,6 +16,7 @@ struct FakeCounts {
   int cpus = 0;
   int gpuQueries = 0;
   int cpuQueries = 0;
+  int xpus = 0;
 
   DeviceCounts counts() {
     return DeviceCounts{[this] {
@@ -25,7 +26,8 @@ struct FakeCounts {
                         [this] {
                           ++cpuQueries;
                           return cpus;
-                        }};
+                        },
+                        [this] { return xpus; }};
   }
 };
 
@@ -67,4 +69,13 @@ TEST_CASE("nproc_per_node=auto prefers GPUs, then CPUs", "[cli]") {
   CHECK(resolveNprocPerNode("auto", withGpus.counts()) == 2);
   FakeCounts noGpus{0, 16};
   CHECK(resolveNprocPerNode("auto", noGpus.counts()) == 16);
+}
+
+TEST_CASE("nproc_per_node=xpu counts Intel GPUs, and none is an error, as torchrun's", "[cli]") {
+  FakeCounts fake{4, 16};
+  fake.xpus = 2;
+  CHECK(resolveNprocPerNode("xpu", fake.counts()) == 2);
+  fake.xpus = 0;
+  CHECK_THROWS_WITH(resolveNprocPerNode("xpu", fake.counts()), Catch::Contains("no Intel GPU (XPU)"));
+  CHECK_THROWS_WITH(resolveNprocPerNode("tpu", fake.counts()), Catch::Contains("cpu, gpu or xpu"));
 }

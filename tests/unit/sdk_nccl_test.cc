@@ -2,6 +2,7 @@
 // without one) and runs wherever libddp was built with NCCL; whatever needs a device (or two) is
 // reported skipped, with the reason, when cudaGetDeviceCount reports fewer (test_skip.h), and
 // the refusals are checked where they happen (a build without NCCL, a machine without a GPU).
+// The same NCCL path runs with up to 4 ranks on simulated devices everywhere: tests/simgpu.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

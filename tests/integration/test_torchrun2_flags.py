@@ -1,0 +1,90 @@
+"""torchrun 2.x's newer flags, with torchrun's meaning:
+  --run_path: the script runs through runpy.run_path with sys.argv = [script, args...]; it must be
+    an absolute path, and it wins over --no_python;
+  --duplicate_stdout_filters / --duplicate_stderr_filters: tee'd lines holding any filter also go
+    to <log dir>/attempt_<n>/filtered_{stdout,stderr}.log, prefixed, all ranks in one file;
+  --event_log_handler=console: torchelastic status events as JSON lines (torch's Event format);
+  --logs_specs: accepted, a plugin name refused with exit 2; --numa_binding: a bad mode is exit 2.
+"""
+
+import glob
+import json
+import os
+import sys
+
+from ddprun_testlib import DdprunTestCase, main
+
+PRINT_ARGV = r"""
+import os, sys
+print("argv", sys.argv, __name__, "rank", os.environ["LOCAL_RANK"])
+"""
+
+CHATTY = r"""
+for i in range(3):
+    print("line %d apple" % i if i != 1 else "line 1 banana, pear")
+import sys
+print("err orange", file=sys.stderr)
+print("err kiwi", file=sys.stderr)
+"""
+
+
+class TorchRun2FlagsTest(DdprunTestCase):
+
+    def env(self):
+        return dict(os.environ, PYTHON_EXEC=sys.executable)
+
+    def test_run_path_runs_the_script_with_its_argv(self):
+        script = self.write_file("show.py", PRINT_ARGV)
+        self.assertTrue(os.path.isabs(script))
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--run_path", "--no_python", script, "a", "--b"],
+                           env=self.env())
+        self.assert_exit(res, 0)
+        for rank in (0, 1):
+            self.assertIn("argv [%r, 'a', '--b'] __main__ rank %d" % (script, rank), res.stdout, res.describe())
+        rel = self.run_job(["--run_path", os.path.relpath(script), "x"], env=self.env(), cwd=os.getcwd())
+        self.assert_exit(rel, 2)
+        self.assertIn("must be an absolute path", rel.stderr)
+
+    def test_duplicate_filters_collect_matching_lines_of_teed_ranks(self):
+        script = self.write_file("chatty.py", CHATTY)
+        logs = self.path("logs")
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--log_dir", logs, "--tee", "3",
+                            "--duplicate_stdout_filters", "apple,banana,, pear", "--duplicate-stderr-filters=kiwi",
+                            script], env=self.env())
+        self.assert_exit(res, 0)
+        out = glob.glob(os.path.join(logs, "*", "attempt_0", "filtered_stdout.log"))
+        err = glob.glob(os.path.join(logs, "*", "attempt_0", "filtered_stderr.log"))
+        self.assertEqual((len(out), len(err)), (1, 1), res.describe())
+        lines = sorted(open(out[0]).read().splitlines())
+        # "apple" matches lines 0 and 2; "banana, pear" (",," is a comma) matches line 1: all three, per rank.
+        self.assertEqual(lines, sorted("[default%d]:line %s" % (r, t) for r in (0, 1)
+                                       for t in ("0 apple", "1 banana, pear", "2 apple")), res.describe())
+        self.assertEqual(sorted(open(err[0]).read().splitlines()), ["[default0]:err kiwi", "[default1]:err kiwi"])
+
+    def test_event_log_console_prints_torchelastic_status_events(self):
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--event_log_handler=console", "--rdzv_id=ev1",
+                            "--no_python", "/bin/sh", "-c", 'exit "$LOCAL_RANK"'], env=self.env())
+        self.assert_exit(res, 1)
+        events = [json.loads(line) for line in res.stderr.splitlines() if line.startswith('{"name":"torchelastic')]
+        self.assertEqual([(e["name"], e["source"]) for e in events],
+                         [("torchelastic.worker.status.SUCCEEDED", "WORKER"),
+                          ("torchelastic.worker.status.FAILED", "WORKER"),
+                          ("torchelastic.worker.status.FAILED", "AGENT")], res.describe())
+        md = events[1]["metadata"]
+        self.assertEqual((md["global_rank"], md["state"], md["rdzv_backend"], md["role"]), (1, "FAILED", "c10d", "default"))
+        self.assertEqual(json.loads(md["metadata"])["exit_code"], [1])
+        quiet = self.run_job(["--standalone", "--no_python", "/bin/true"], env=self.env())
+        self.assertNotIn("torchelastic.worker.status", quiet.stderr)  # the default handler is null
+
+    def test_plugins_and_bad_modes_are_refused_with_exit_2(self):
+        for flags, words in ((["--logs_specs=myspecs"], "cannot load"),
+                             (["--numa_binding=nearby"], "expected node, socket, exclusive or core-complex"),
+                             (["--event_log_handler=kafka"], "expected null, console"),
+                             (["--nproc_per_node=xpu"], "no Intel GPU")):
+            res = self.run_job(flags + ["/bin/true"], env=self.env())
+            self.assert_exit(res, 2)
+            self.assertIn(words, res.stderr, res.describe())
+
+
+if __name__ == "__main__":
+    main()
