@@ -8,8 +8,9 @@ tests set that environment by hand (variables only, no Slurm) and run the built 
   - flags given win; --no_slurm and PET_NO_SLURM take nothing from the step;
   - contradicting flags, a batch script (no step, or the batch step) and several tasks per node
     are exit 2 with one line, the last two with the exact srun line to run instead;
-  - a real run: node 0 of a one-node step trains examples/torch/ddp_train.py with as many workers
-    as SLURM_GPUS_ON_NODE says (gloo on CPU, so no GPU is needed).
+  - real runs: node 0 of a one-node step, and both nodes of a two-node step side by side on this
+    machine, train examples/torch/ddp_train.py with as many workers per node as
+    SLURM_GPUS_ON_NODE says (gloo on CPU, so no GPU is needed).
 A real Slurm cluster is tests/integration/test_slurm_cluster.py.
 """
 
@@ -17,6 +18,7 @@ import os
 import random
 import re
 import socket
+import threading
 
 import e2e_lib
 from e2e_lib import DDP_TRAIN, E2ETestCase, read_json
@@ -142,6 +144,30 @@ class SlurmEntrypointTest(E2ETestCase):
         self.assertSucceeded(result)
         summary = read_json(out + ".json")
         self.assertEqual(summary["world_size"], 2)  # SLURM_GPUS_ON_NODE
+        self.assertEqual(len(summary["losses"]), 2)
+
+    def test_two_node_step_trains(self):
+        # Both nodes of a 2-node step on this machine: node 0 hosts the rendezvous at the first
+        # host of the list and the step's port, node 1 joins it; nothing but Slurm's variables.
+        port = free_port_in_slurm_range()
+        job = port - 10000 + 20000
+        out = os.path.join(self.tmp, "model.pt")
+        results = {}
+
+        def node(node_id):
+            env = self.base_env(**step_env(2, node_id, "localhost,127.0.0.1", job=job, step=0, restarts=0,
+                                           SLURM_GPUS_ON_NODE="2"))
+            results[node_id] = self.ddprun([], DDP_TRAIN, ["--out", out, "--epochs", "2"], env=env)
+
+        nodes = [threading.Thread(target=node, args=(i,)) for i in (0, 1)]
+        for t in nodes:
+            t.start()
+        for t in nodes:
+            t.join()
+        for node_id in (0, 1):
+            self.assertSucceeded(results[node_id])
+        summary = read_json(out + ".json")
+        self.assertEqual(summary["world_size"], 4)  # 2 nodes x SLURM_GPUS_ON_NODE
         self.assertEqual(len(summary["losses"]), 2)
 
 
