@@ -78,9 +78,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   LaunchConfig cfg;
   if (slurm.step) {
     cfg.slurmHosts = slurm.step->hosts;
-    cfg.slurmStep = "job " + std::to_string(slurm.step->jobId) + " step " + std::to_string(slurm.step->stepId) +
-                    " (restart " + std::to_string(slurm.step->restartCount) + "), this is node " +
-                    std::to_string(slurm.step->nodeId) + " of " + std::to_string(slurm.step->nodeCount());
+    cfg.slurmStep = slurm.step->describe();
   }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());

@@ -22,6 +22,7 @@
 #include "agent/worker_env.h"
 #include "common/error.h"
 #include "common/net.h"
+#include "common/strings.h"
 #include "rendezvous/local_rendezvous.h"
 
 namespace ddprun {
@@ -182,7 +183,7 @@ int printDryRun(const LaunchConfig& cfg) {
   if (!cfg.slurmHosts.empty()) {
     std::cout << "slurm: " << cfg.slurmStep << "\n";
     for (std::size_t rank = 0; rank < cfg.slurmHosts.size(); ++rank) {
-      std::cout << "node " << rank << ": " << cfg.slurmHosts[rank] << "\n";
+      std::cout << "node " << rank << ": " << printable(cfg.slurmHosts[rank], 256) << "\n";
     }
   }
   std::cout << "command: " << cfg.executable;

@@ -92,6 +92,12 @@ std::string SlurmStep::runId() const {
   return "slurm-" + std::to_string(jobId) + "." + std::to_string(stepId) + ".r" + std::to_string(restartCount);
 }
 
+std::string SlurmStep::describe() const {
+  return "job " + std::to_string(jobId) + " step " + std::to_string(stepId) + " (restart " +
+         std::to_string(restartCount) + "), this is node " + std::to_string(nodeId) + " of " +
+         std::to_string(nodeCount());
+}
+
 std::optional<SlurmStep> readSlurmStep(const EnvLookup& env, const std::vector<std::string>& argv) {
   auto job = env("SLURM_JOB_ID");
   if (!job) return std::nullopt;

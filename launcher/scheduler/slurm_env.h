@@ -32,6 +32,8 @@ struct SlurmStep {
   int port() const;
   // slurm-<job>.<step>.r<restarts>: a requeued job never meets its previous incarnation.
   std::string runId() const;
+  // "job 4242 step 0 (restart 0), this is node 1 of 2", for --dry_run.
+  std::string describe() const;
 };
 
 // The step this process runs in, nullopt outside Slurm (no SLURM_JOB_ID). Throws ConfigError,
