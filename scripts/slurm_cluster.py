@@ -61,6 +61,9 @@ def _processes_with(needle):
 
 
 class SlurmCluster:
+    """`node_name`: the node's Slurm name (default: this host's short name); slurmd runs as it
+    (slurmd -N), reached at 127.0.0.1 (NodeAddr), so a name that does not resolve works too."""
+
     def __init__(self, node_name=None):
         self.node_name = node_name or socket.gethostname().split(".")[0]
         self.dir = None
@@ -125,7 +128,8 @@ class SlurmCluster:
         d = self.dir
         return "\n".join([
             "ClusterName=ddprun-test",
-            "SlurmctldHost=%s(127.0.0.1)" % self.node_name,
+            # slurmctld runs only where this names the host it is on.
+            "SlurmctldHost=%s(127.0.0.1)" % socket.gethostname().split(".")[0],
             "SlurmctldPort=%d" % _free_port(),
             "SlurmdPort=%d" % _free_port(),
             "SlurmUser=root",
