@@ -1,6 +1,7 @@
 #include "launcher/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "agent/filtered_log.h"
 #include "launcher/flag_parsing.h"
@@ -19,6 +21,7 @@
 #include "launcher/program.h"
 #include "launcher/rendezvous_setup.h"
 #include "launcher/scheduler/slurm_env.h"
+#include "launcher/scheduler/slurm_node_addr.h"
 
 namespace ddprun {
 namespace {
@@ -44,6 +47,18 @@ std::vector<std::vector<int>> bindToNuma(const std::string& mode, int nproc) {
   return cpus;
 }
 
+// How long `scontrol show node` may take (it asks slurmctld) before a name is left unresolved.
+constexpr std::chrono::seconds kScontrolTimeout{10};
+
+bool resolves(const std::string& host) {
+  try {
+    checkResolvable(host);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
 // What a Slurm step supplies: flag values for the flags not given, and the step for --dry_run.
 struct SlurmDefaults {
   std::map<std::string, std::string, std::less<>> values;
@@ -65,6 +80,16 @@ SlurmDefaults slurmDefaults(const CLI::App& app, const FlagValues& flags, int ar
     bool given = flagGiven(app, name) || (name == "rdzv_id" && flagGiven(app, "run_id"));
     return given ? std::optional<std::string>(flags.text(name)) : std::nullopt;
   });
+  // Slurm may be alone in knowing a node's name: where the first host does not resolve, its
+  // NodeAddr (scontrol show node) takes its place; without one, the later check says so.
+  if (auto host = slurm.values.find("master_addr"); host != slurm.values.end() && !resolves(host->second)) {
+    if (auto addr = querySlurmNodeAddr(host->second, kScontrolTimeout)) {
+      host->second = *addr;
+      if (auto endpoint = slurm.values.find("rdzv_endpoint"); endpoint != slurm.values.end()) {
+        endpoint->second = joinHostPort(*addr, slurm.step->port());
+      }
+    }
+  }
   return slurm;
 }
 

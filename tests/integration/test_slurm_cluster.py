@@ -6,13 +6,15 @@ machine, one node, started and removed by the test).
     Slurm gave: this node's name, the job's run id and port (README: Slurm);
   - ddprun in a batch script (no srun) exits 2 with an srun line, and that very line, run in the
     same batch script, works;
-  - a step with two tasks on the node exits 2 in both tasks.
+  - a step with two tasks on the node exits 2 in both tasks;
+  - a first node whose name resolves nowhere but in Slurm is reached at its NodeAddr.
 Skipped, with the reason, where the packages are missing or this is not root.
 """
 
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import unittest
@@ -108,6 +110,50 @@ class SlurmClusterTest(unittest.TestCase):
         self.assertEqual(p.stderr.count("several ddprun tasks per node (SLURM_STEP_TASKS_PER_NODE=2)"), 2,
                          self.describe)
         self.assertNotIn("dry run", p.stdout)
+
+
+class SlurmNodeAddrTest(unittest.TestCase):
+    """A node whose name resolves nowhere but in Slurm: ddprun takes its NodeAddr (README: Slurm)."""
+
+    NODE = "ddprun-nores-node"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = None
+        problem = slurm_cluster.missing()
+        if problem:
+            raise unittest.SkipTest("no Slurm cluster here: " + problem)
+        try:
+            socket.getaddrinfo(cls.NODE, None)
+            raise unittest.SkipTest("%s resolves on this machine; the test needs a name that does not" % cls.NODE)
+        except socket.gaierror:
+            pass
+        cls.cluster = slurm_cluster.SlurmCluster(node_name=cls.NODE)
+        cls.cluster.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.cluster:
+            cls.cluster.stop()
+
+    def dry_run(self, conf):
+        # Node 1 of a two-node step whose first node is the cluster's: its rendezvous host.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PET_"))}
+        env.update(SLURM_CONF=conf, SLURM_JOB_ID="77", SLURM_STEP_ID="0", SLURM_STEP_NUM_NODES="2",
+                   SLURM_STEP_NODELIST="%s,other-node" % self.NODE, SLURM_NODEID="1", PYTHON_EXEC=tl.PYTHON_EXEC)
+        return subprocess.run([tl.DDPRUN, "--dry_run", DDP_TRAIN], env=env, capture_output=True, text=True,
+                              timeout=RUN_S)
+
+    def test_unresolvable_first_node_is_reached_at_its_node_addr(self):
+        p = self.dry_run(self.cluster.conf)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("rendezvous: static at 127.0.0.1:10077, 2..2 nodes\n", p.stdout)
+        self.assertIn("node 0: %s\n" % self.NODE, p.stdout)
+
+    def test_without_slurms_answer_the_name_is_an_error(self):
+        p = self.dry_run(os.path.join(self.cluster.dir, "no-such.conf"))
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("rendezvous host '%s' does not resolve" % self.NODE, p.stderr)
 
 
 if __name__ == "__main__":
