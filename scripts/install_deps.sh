@@ -9,6 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
   python3-torch iproute2 procps iptables
+  slurm-client  # scontrol: the oracle for Slurm hostlist expansion in the tests
 )
 
 missing=()
