@@ -16,6 +16,7 @@ Ctrl-C.
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -40,9 +41,23 @@ def missing():
 
 
 def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on every address, below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0) can be taken again at once by any outgoing connection of a test running beside
+    this one, before slurmctld binds it (seen under ctest -j2: "Address already in use")."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(10000, max(10001, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port below %d for slurmctld and slurmd" % low)
 
 
 def _processes_with(needle):
@@ -95,6 +110,15 @@ class SlurmCluster:
             return f.read()
 
     def start(self):
+        # A port taken between the choice and slurmctld's bind fails the start: choose again.
+        for attempt in range(3):
+            try:
+                return self._start_once()
+            except RuntimeError as e:
+                if "Address already in use" not in str(e) or attempt == 2:
+                    raise
+
+    def _start_once(self):
         problem = missing()
         if problem:
             raise RuntimeError(problem)
