@@ -77,10 +77,18 @@ def _processes_with(needle):
 
 class SlurmCluster:
     """`node_name`: the node's Slurm name (default: this host's short name); slurmd runs as it
-    (slurmd -N), reached at 127.0.0.1 (NodeAddr), so a name that does not resolve works too."""
+    (slurmd -N), reached at 127.0.0.1 (NodeAddr), so a name that does not resolve works too.
 
-    def __init__(self, node_name=None):
-        self.node_name = node_name or socket.gethostname().split(".")[0]
+    Several nodes: `nodes` is [(name, address, prefix)], `controller` is (address, prefix); a
+    prefix is the command that puts a daemon on its host (nsenter into a network namespace, say).
+    Clients (sinfo here, srun in tests) must then run under the first node's prefix, since only
+    the hosts' addresses reach each other."""
+
+    def __init__(self, node_name=None, nodes=None, controller=None):
+        self.nodes = nodes or [(node_name or socket.gethostname().split(".")[0], "127.0.0.1", [])]
+        self.node_name = self.nodes[0][0]
+        self.ctl_addr, self.ctl_prefix = controller or ("127.0.0.1", [])
+        self.client_prefix = list(self.nodes[0][2])
         self.dir = None
         self.procs = []
 
@@ -141,9 +149,13 @@ class SlurmCluster:
                                    "--pid-file=" + os.path.join(munge_dir, "munged.pid"),
                                    "--seed-file=" + os.path.join(munge_dir, "munged.seed")])
             self._wait_for(lambda: os.path.exists(socket_path), "munged's socket")
-            self._spawn("slurmctld", ["slurmctld", "-D", "-c"])
-            self._spawn("slurmd", ["slurmd", "-D", "-N", self.node_name])
-            self._wait_for(self._node_idle, "node %s idle in sinfo" % self.node_name)
+            self._spawn("slurmctld", list(self.ctl_prefix) + ["slurmctld", "-D", "-c"])
+            for name, _, prefix in self.nodes:
+                if len(self.nodes) > 1:
+                    os.makedirs(os.path.join(self.dir, "spool", name), mode=0o755)
+                self._spawn("slurmd" if len(self.nodes) == 1 else "slurmd." + name,
+                            list(prefix) + ["slurmd", "-D", "-N", name])
+            self._wait_for(self._node_idle, "node(s) %s idle in sinfo" % ",".join(n for n, _, _ in self.nodes))
         except BaseException:
             self.stop()
             raise
@@ -153,7 +165,7 @@ class SlurmCluster:
         return "\n".join([
             "ClusterName=ddprun-test",
             # slurmctld runs only where this names the host it is on.
-            "SlurmctldHost=%s(127.0.0.1)" % socket.gethostname().split(".")[0],
+            "SlurmctldHost=%s(%s)" % (socket.gethostname().split(".")[0], self.ctl_addr),
             "SlurmctldPort=%d" % _free_port(),
             "SlurmdPort=%d" % _free_port(),
             "SlurmUser=root",
@@ -162,11 +174,12 @@ class SlurmCluster:
             "CredType=cred/munge",
             "AuthInfo=socket=%s" % socket_path,
             "StateSaveLocation=%s/state" % d,
-            "SlurmdSpoolDir=%s/spool" % d,
+            # %n: the node's name, so that several slurmd on one machine keep their files apart.
+            "SlurmdSpoolDir=%s/spool%s" % (d, "/%n" if len(self.nodes) > 1 else ""),
             "SlurmctldPidFile=%s/slurmctld.pid" % d,
-            "SlurmdPidFile=%s/slurmd.pid" % d,
+            "SlurmdPidFile=%s/slurmd%s.pid" % (d, ".%n" if len(self.nodes) > 1 else ""),
             "SlurmctldLogFile=%s/log/slurmctld.log" % d,
-            "SlurmdLogFile=%s/log/slurmd.log" % d,
+            "SlurmdLogFile=%s/log/slurmd%s.log" % (d, ".%n" if len(self.nodes) > 1 else ""),
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SwitchType=switch/none",
@@ -177,7 +190,8 @@ class SlurmCluster:
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "ReturnToService=2",
-            "NodeName=%s NodeAddr=127.0.0.1 CPUs=%d State=UNKNOWN" % (self.node_name, os.cpu_count() or 1),
+        ] + ["NodeName=%s NodeAddr=%s CPUs=%d State=UNKNOWN" % (name, addr, os.cpu_count() or 1)
+             for name, addr, _ in self.nodes] + [
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
             "",
         ])
@@ -187,13 +201,14 @@ class SlurmCluster:
         try:
             self.procs.append(subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, stdout=out,
                                                stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True))
+            self.procs[-1].log_name = name
         finally:
             out.close()
 
     def _node_idle(self):
-        p = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env(), capture_output=True, text=True,
-                           timeout=30)
-        return p.returncode == 0 and p.stdout.strip() == "idle"
+        p = subprocess.run(self.client_prefix + ["sinfo", "-h", "-N", "-o", "%T"], env=self.env(),
+                           capture_output=True, text=True, timeout=30)
+        return p.returncode == 0 and p.stdout.split() == ["idle"] * len(self.nodes)
 
     def _wait_for(self, ready, what):
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -201,7 +216,7 @@ class SlurmCluster:
             for proc in self.procs:
                 if proc.poll() is not None:
                     raise RuntimeError("%s exited with %s before %s:\n%s" % (
-                        proc.args[0], proc.returncode, what, self.log(proc.args[0] + ".out")[-2000:]))
+                        proc.log_name, proc.returncode, what, self.log(proc.log_name + ".out")[-2000:]))
             if time.monotonic() > deadline:
                 raise RuntimeError("no %s after %d s" % (what, READY_TIMEOUT_S))
             time.sleep(0.1)
