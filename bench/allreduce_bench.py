@@ -154,7 +154,8 @@ def run_job(ddprun, world, cmd, timeout, tmp, mode):
         full = [ddprun, "--nnodes=1", "--rdzv_backend=grpc", f"--rdzv_endpoint=127.0.0.1:{port}",
                 f"--rdzv_id=ar{port}"]
     full += [f"--nproc_per_node={world}", "--max_restarts=0"] + cmd
-    env = dict(os.environ, TMPDIR=tmp, OMP_NUM_THREADS="1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # as torchrun sees it: no Slurm step
+    env.update(TMPDIR=tmp, OMP_NUM_THREADS="1")
     p = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          start_new_session=True)
     CHILDREN.append(p)

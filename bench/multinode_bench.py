@@ -85,7 +85,8 @@ class Procs:
 
     def __init__(self):
         self.mark = uuid.uuid4().hex
-        self.env = dict(os.environ)
+        # Without the runner's SLURM_*: inside a Slurm job ddprun would take the step's settings and torchrun would not.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         self.env["DDPRUN_MNB_MARK"] = self.mark
         self.env.pop("PYTHONPATH", None)
         self.children = {}  # pid -> (name, exit status or None)

@@ -186,7 +186,8 @@ class Run:
         self.out = os.path.join(self.dir, "out")
         os.mkdir(self.out)
         self.log_path = os.path.join(self.dir, "launcher.log")
-        self.env = dict(os.environ)
+        # Without the runner's SLURM_*: inside a Slurm job ddprun would take the step's settings and torchrun would not.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         for k in list(self.env):  # a stray PET_* or LOGLEVEL would change the launchers
             if k.startswith("PET_") or k in ("LOGLEVEL", "TORCHELASTIC_RESTART_COUNT",
                                                "LOCAL_RANK", "RANK", "WORLD_SIZE"):

@@ -1,11 +1,17 @@
 #include "launcher/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "agent/filtered_log.h"
 #include "launcher/flag_parsing.h"
@@ -14,6 +20,8 @@
 #include "launcher/numa_binding.h"
 #include "launcher/program.h"
 #include "launcher/rendezvous_setup.h"
+#include "launcher/scheduler/slurm_env.h"
+#include "launcher/scheduler/slurm_node_addr.h"
 
 namespace ddprun {
 namespace {
@@ -39,11 +47,64 @@ std::vector<std::vector<int>> bindToNuma(const std::string& mode, int nproc) {
   return cpus;
 }
 
+// How long `scontrol show node` may take (it asks slurmctld) before a name is left unresolved.
+constexpr std::chrono::seconds kScontrolTimeout{10};
+
+bool resolves(const std::string& host) {
+  try {
+    checkResolvable(host);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+// What a Slurm step supplies: flag values for the flags not given, and the step for --dry_run.
+struct SlurmDefaults {
+  std::map<std::string, std::string, std::less<>> values;
+  std::optional<SlurmStep> step;
+};
+
+// Inside an srun step, every flag not given comes from the step (issue #13); --no_slurm, and
+// --standalone (one node with a rendezvous of its own, by request), leave Slurm alone.
+SlurmDefaults slurmDefaults(const CLI::App& app, const FlagValues& flags, int argc, const char* const* argv) {
+  SlurmDefaults slurm;
+  if (flags.isOn("no_slurm") || flags.isOn("standalone")) return slurm;
+  EnvLookup env = [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    return value ? std::optional<std::string>(value) : std::nullopt;
+  };
+  slurm.step = readSlurmStep(env, std::vector<std::string>(argv, argv + argc));
+  if (!slurm.step) return slurm;
+  slurm.values = slurmFlagValues(*slurm.step, [&](std::string_view name) -> std::optional<std::string> {
+    bool given = flagGiven(app, name) || (name == "rdzv_id" && flagGiven(app, "run_id"));
+    return given ? std::optional<std::string>(flags.text(name)) : std::nullopt;
+  });
+  // Slurm may be alone in knowing a node's name: where the first host does not resolve, its
+  // NodeAddr (scontrol show node) takes its place; without one, the later check says so.
+  if (auto host = slurm.values.find("master_addr"); host != slurm.values.end() && !resolves(host->second)) {
+    if (auto addr = querySlurmNodeAddr(host->second, kScontrolTimeout)) {
+      host->second = *addr;
+      if (auto endpoint = slurm.values.find("rdzv_endpoint"); endpoint != slurm.values.end()) {
+        endpoint->second = joinHostPort(*addr, slurm.step->port());
+      }
+    }
+  }
+  return slurm;
+}
+
 // The LaunchConfig from the parsed flags. The order of the checks decides which error a command
 // line with several mistakes reports; it is kept as users have seen it.
-LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags) {
-  auto text = [&](std::string_view name) { return parseText("--" + std::string(name), flags.text(name)); };
+LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const SlurmDefaults& slurm) {
+  auto text = [&](std::string_view name) {
+    auto supplied = slurm.values.find(name);
+    return parseText("--" + std::string(name), supplied != slurm.values.end() ? supplied->second : flags.text(name));
+  };
   LaunchConfig cfg;
+  if (slurm.step) {
+    cfg.slurmHosts = slurm.step->hosts;
+    cfg.slurmStep = slurm.step->describe();
+  }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
   if (!rest.empty() && startsWith(rest[0], "-") && rest[0] != "-") {
@@ -165,7 +226,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
       return exitWith(0);
     }
     ParseResult result;
-    result.config = buildConfig(app, flags);
+    result.config = buildConfig(app, flags, slurmDefaults(app, flags, argc, argv));
     return result;
   } catch (const ConfigError& e) {
     std::cerr << "ddprun: error: " << e.what() << "\n";

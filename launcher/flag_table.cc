@@ -13,7 +13,8 @@ namespace {
 using enum FlagKind;
 
 // Defaults are torchrun's; the PET_<NAME> variables are how torchrun takes defaults from the
-// environment. --log_level reads LOGLEVEL as torchrun's logging does; --dry_run is ddprun's own.
+// environment. --log_level reads LOGLEVEL as torchrun's logging does; --dry_run and --no_slurm are
+// ddprun's own.
 constexpr FlagSpec kFlags[] = {
     {"nproc_per_node", "", "PET_NPROC_PER_NODE", "1", kOption, "Workers on this node: N (1-1024), auto, cpu or gpu"},
     {"nnodes", "", "PET_NNODES", "1", kOption, "Number of nodes, N or MIN:MAX"},
@@ -68,6 +69,7 @@ constexpr FlagSpec kFlags[] = {
     {"log_level", "", "LOGLEVEL", "warning", kOption, "ddprun's own log level: debug, info, warning, error"},
     {"dry_run", "", "", "", kSwitch, "Print the rank map and each worker's environment; start nothing"},
     {"print_completion", "", "", "", kOption, "Print a completion script for bash, zsh or tcsh and exit"},
+    {"no_slurm", "", "PET_NO_SLURM", "", kSwitch, "Inside a Slurm step, take nothing from it (see README: Slurm)"},
 };
 
 // '-' and '_' are one letter in flag names.

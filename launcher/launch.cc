@@ -22,6 +22,7 @@
 #include "agent/worker_env.h"
 #include "common/error.h"
 #include "common/net.h"
+#include "common/strings.h"
 #include "rendezvous/local_rendezvous.h"
 
 namespace ddprun {
@@ -178,6 +179,12 @@ int printDryRun(const LaunchConfig& cfg) {
     std::cout << "rendezvous: " << cfg.rdzvBackend << " at " << cfg.endpointHost << ":" << cfg.endpointPort << ", "
               << cfg.minNodes << ".." << cfg.maxNodes << " nodes"
               << (isStatic ? "" : "; ranks below assume this node gets group rank 0 of the minimum") << "\n";
+  }
+  if (!cfg.slurmHosts.empty()) {
+    std::cout << "slurm: " << cfg.slurmStep << "\n";
+    for (std::size_t rank = 0; rank < cfg.slurmHosts.size(); ++rank) {
+      std::cout << "node " << rank << ": " << printable(cfg.slurmHosts[rank], 256) << "\n";
+    }
   }
   std::cout << "command: " << cfg.executable;
   for (std::size_t i = 0; i <= cfg.execArgs.size(); ++i) {

@@ -43,6 +43,10 @@ struct LaunchConfig {
   bool multiNode = false;
   std::string endpointHost;
   int endpointPort = 0;
+  // Inside an srun step (launcher/scheduler/slurm_env.h): the step's nodes in node-rank order and
+  // a line naming the step, for --dry_run; empty otherwise.
+  std::vector<std::string> slurmHosts;
+  std::string slurmStep;
 
   // Supervision
   int maxRestarts = 0;

@@ -9,6 +9,10 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
   python3-torch iproute2 procps iptables
+  slurm-client  # scontrol: the oracle for Slurm hostlist expansion in the tests
+  # A real one-node Slurm that tests/integration/test_slurm_cluster.py starts under a temp dir
+  # (scripts/slurm_cluster.py); without systemd (CI) the packages start no service by themselves.
+  munge slurmctld slurmd
   etcd-server etcd-client  # a real 3-member etcd v3 cluster for the etcd backend's tests (scripts/etcd_cluster.py)
 )
 

@@ -16,6 +16,7 @@ Tests add their own: documented exit codes within a bound, no process left (mult
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
 
@@ -99,3 +100,15 @@ def check_lives(test, directory, what=""):
     problems = fencing_violations(lives) + rank_violations(lives)
     test.assertEqual(problems, [], "invariants broken %s:\n%s" % (what, "\n".join(problems)))
     return lives
+
+
+class ChaosTestCase(ml.MultiNodeTestCase):
+    """A multi-node test whose workers record their lives in self.tmp (LIFE_WORKER)."""
+
+    def wait_lives(self, predicate, jobs, what, timeout=ml.SAFETY_TIMEOUT_S):
+        """Waits until predicate(read_lives(self.tmp)) holds; fails naming `what` after timeout."""
+        deadline = time.monotonic() + timeout
+        while not predicate(read_lives(self.tmp)):
+            if time.monotonic() > deadline:
+                self.fail("timed out waiting for %s\n%s" % (what, self.describe_all(jobs)))
+            time.sleep(0.05)

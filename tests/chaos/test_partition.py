@@ -22,23 +22,17 @@ import unittest
 import chaos_lib as cl
 from chaos_lib import ml
 from ddprun_testlib import main
-from test_netns import TestHosts
+from test_netns import make_test_hosts
 
 HEARTBEAT_S = 2
 HOLD_S = 60
 
 
-class PartitionTest(ml.MultiNodeTestCase):
+class PartitionTest(cl.ChaosTestCase):
 
     def setUp(self):
         super().setUp()
-        self.hosts = TestHosts(["a", "b", "c"])
-        self.addCleanup(self.hosts.remove)  # registered first: runs after every agent was killed
-        try:
-            self.hosts.create()
-        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-            self.fail("cannot build the test hosts out of network namespaces (needs root with CAP_SYS_ADMIN and "
-                      "CAP_NET_ADMIN, and iproute2): %s" % e)
+        self.hosts = make_test_hosts(self, ["a", "b", "c"])
 
     def start(self, last_call_s, tags="abc", nnodes="2:3"):
         h = self.hosts
@@ -54,13 +48,6 @@ class PartitionTest(ml.MultiNodeTestCase):
             if t == "a":
                 time.sleep(0.3)  # a hosts: the others' first connection attempt finds it listening
         return list(self.agents.values())
-
-    def wait_lives(self, predicate, jobs, what, timeout=ml.SAFETY_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        while not predicate(cl.read_lives(self.tmp)):
-            if time.monotonic() > deadline:
-                self.fail("timed out waiting for %s\n%s" % (what, self.describe_all(jobs)))
-            time.sleep(0.05)
 
     def rounds_of(self, node, lives=None):
         return {lv["round"] for lv in (lives if lives is not None else cl.read_lives(self.tmp)) if lv["node"] == node}

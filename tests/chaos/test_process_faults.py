@@ -25,7 +25,7 @@ HEARTBEAT_S = 2
 HOLD_S = 60  # a worker's own bound; the tests release them much earlier
 
 
-class ProcessFaultsTest(ml.MultiNodeTestCase):
+class ProcessFaultsTest(cl.ChaosTestCase):
 
     def start_job(self, nodes, nnodes=None, conf_extra=""):
         port = ml.free_port()
@@ -37,13 +37,6 @@ class ProcessFaultsTest(ml.MultiNodeTestCase):
         self.wait_lives(lambda lives: {lv["node"] for lv in lives if lv["round"] == 1} == set(nodes), jobs,
                         "round 1 on every node")
         return jobs
-
-    def wait_lives(self, predicate, jobs, what, timeout=ml.SAFETY_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        while not predicate(cl.read_lives(self.tmp)):
-            if time.monotonic() > deadline:
-                self.fail("timed out waiting for %s\n%s" % (what, self.describe_all(jobs)))
-            time.sleep(0.05)
 
     def finish(self, jobs, allowed, release=True):
         if release:

@@ -47,7 +47,8 @@ _SCRUB = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", 
           "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
           "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES",
           "LOGLEVEL")
-_SCRUB_PREFIXES = ("PET_", "TORCHELASTIC_", "DDPRUN_")
+# SLURM_: inside a Slurm job ddprun would take its flags from the step (README: Slurm).
+_SCRUB_PREFIXES = ("PET_", "TORCHELASTIC_", "DDPRUN_", "SLURM_")
 
 
 def worker(name):

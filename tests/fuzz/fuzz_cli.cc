@@ -3,7 +3,7 @@
 // The input split at NUL bytes is argv[1..]. Properties: nothing escapes as an exception; kExit
 // carries 0 (help, version) or 2 (bad input); a kRun config holds only validated values.
 //
-// Hermetic: PET_* and the other variables the parser reads are cleared once, PATH is fixed, and the
+// Hermetic: PET_*, SLURM_* and the other variables the parser reads are cleared once, PATH is fixed, and the
 // rendezvous host check resolves through a fake (linked with -Wl,--wrap=getaddrinfo): numeric
 // addresses and "localhost" resolve, every other name fails with EAI_NONAME, so no input makes a
 // DNS query or waits on one.
@@ -45,7 +45,7 @@ void makeHermetic() {
     for (char** e = environ; e && *e; ++e) {
       std::string entry(*e);
       std::string name = entry.substr(0, entry.find('='));
-      if (name.rfind("PET_", 0) == 0) names.push_back(name);
+      if (name.rfind("PET_", 0) == 0 || name.rfind("SLURM_", 0) == 0) names.push_back(name);
     }
     for (const auto& name : names) ::unsetenv(name.c_str());
     for (const char* name : {"LOGLEVEL", "PYTHON_EXEC", "CUDA_VISIBLE_DEVICES", "DDPRUN_RDZV_TOKEN"}) {

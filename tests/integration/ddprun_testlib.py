@@ -135,7 +135,9 @@ class Job:
         self.test = test
         self.marker = marker or uuid.uuid4().hex
         self.cmd = [DDPRUN] + list(args)
-        full_env = dict(os.environ)
+        # A Slurm job's variables would make ddprun take its flags from the step (README: Slurm);
+        # tests that want Slurm set them through `env`.
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         full_env["PYTHON_EXEC"] = PYTHON_EXEC
         # ddprun's own run folders (kept after kill -9) land in the test's temp dir, removed at the end.
         full_env["TMPDIR"] = test.tmp

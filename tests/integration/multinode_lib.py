@@ -112,7 +112,7 @@ class Proc:
         self.test = test
         self.marker = uuid.uuid4().hex
         self.cmd = list(argv)
-        full_env = dict(os.environ)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # as tl.Job
         full_env["PYTHON_EXEC"] = tl.PYTHON_EXEC
         full_env["TMPDIR"] = test.tmp
         for key, value in (env or {}).items():

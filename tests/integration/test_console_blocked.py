@@ -44,7 +44,8 @@ class BlockedConsoleTest(tl.DdprunTestCase):
         self.marker = uuid.uuid4().hex
         read_end, write_end = os.pipe()
         self.addCleanup(os.close, read_end)
-        full_env = dict(os.environ, PYTHON_EXEC=tl.PYTHON_EXEC, TMPDIR=self.tmp)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # as tl.Job
+        full_env.update(PYTHON_EXEC=tl.PYTHON_EXEC, TMPDIR=self.tmp)
         full_env.update(env or {})
         full_env[tl.MARKER_NAME] = self.marker
         self.err_path = self.path("stderr.txt")

@@ -2,9 +2,12 @@
 a signal), the siblings are stopped promptly, and the summary on stderr names the failure."""
 
 import json
+import os
+import shutil
 import signal
+import subprocess
 
-from ddprun_testlib import SH, DdprunTestCase, hostname, main
+from ddprun_testlib import DDPRUN, SAFETY_TIMEOUT_S, SH, DdprunTestCase, hostname, main
 
 # A sibling that would keep ddprun waiting for ten minutes if it were not stopped: a ddprun that
 # waits for it instead of stopping it fails by the safety timeout (SAFETY_TIMEOUT_S), and one that
@@ -148,6 +151,19 @@ class FailureSummaryTest(DdprunTestCase):
         self.assertIn("FAILED", res.stderr, res.describe())
         self.assertRegex(res.stderr, r"rank\s*:\s*0\b", res.describe())
         self.assert_no_crash_text(res.stderr, res)
+
+    def test_a_local_reason_is_exit_1_with_one_line(self):
+        # README's exit status 1: ddprun cannot run the job on this node for a reason of its own
+        # machine, here a multi-node job whose ddprun-multinode is not installed next to ddprun.
+        alone = self.path("alone")
+        os.mkdir(alone)
+        shutil.copy(DDPRUN, alone)
+        res = subprocess.run([os.path.join(alone, "ddprun"), "--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.1",
+                              "/bin/true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=SAFETY_TIMEOUT_S)
+        self.assertEqual(res.returncode, 1, res.stderr)
+        self.assertIn("multi-node jobs need", res.stderr)
+        self.assertEqual(len(res.stderr.strip().splitlines()), 1, res.stderr)
 
     def test_no_exception_text_when_program_cannot_start_in_a_worker(self):
         # A worker whose exec fails (status 127) is an expected failure: a summary, no stack trace.

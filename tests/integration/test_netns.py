@@ -94,17 +94,24 @@ class TestHosts:
         return left
 
 
+def make_test_hosts(test, tags):
+    """TestHosts for `test`, removed when it ends (the cleanup is registered before any agent's, so
+    it runs after every agent was killed); the test fails when they cannot be made."""
+    hosts = TestHosts(tags)
+    test.addCleanup(hosts.remove)
+    try:
+        hosts.create()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        test.fail("cannot build the test hosts out of network namespaces (needs root with CAP_SYS_ADMIN and "
+                  "CAP_NET_ADMIN, and iproute2): %s" % e)
+    return hosts
+
+
 class NetnsTest(ml.MultiNodeTestCase):
 
     def setUp(self):
         super().setUp()
-        self.hosts = TestHosts(["a", "b", "c"])
-        self.addCleanup(self.hosts.remove)  # registered first: runs after every agent was killed
-        try:
-            self.hosts.create()
-        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-            self.fail("cannot build the test hosts out of network namespaces (needs root with CAP_SYS_ADMIN and "
-                      "CAP_NET_ADMIN, and iproute2): %s" % e)
+        self.hosts = make_test_hosts(self, ["a", "b", "c"])
 
     def test_partitioned_host_is_dropped_after_heartbeat_timeout(self):
         h = self.hosts

@@ -16,21 +16,13 @@
 #include <vector>
 
 #include "tests/simgpu/simgpu.h"
+#include "tests/unit/sdk_ranks.h"
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/in_process_store.h"
 
 namespace simgpu::test {
 
-inline ddp::Env rankEnv(int rank, int size) {
-  ddp::Env env;
-  env.rank = rank;
-  env.worldSize = size;
-  env.localRank = rank;
-  env.localWorldSize = size;
-  env.masterAddr = "127.0.0.1";
-  env.masterPort = 29500;
-  return env;
-}
+using ddp::test::rankEnv;  // rank r of `size` on one node, as the gloo tests use
 
 inline ddp::CommunicatorOptions options(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   ddp::CommunicatorOptions o;

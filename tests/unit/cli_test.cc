@@ -42,6 +42,8 @@ struct CleanPetEnv {
   ScopedEnv torchShutdown{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", std::nullopt};
   ScopedEnv prefix{"PET_LOG_LINE_PREFIX_TEMPLATE", std::nullopt};
   ScopedEnv torchPrefix{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", std::nullopt};
+  ScopedEnv noSlurm{"PET_NO_SLURM", std::nullopt};
+  ScopedEnv slurmJob{"SLURM_JOB_ID", std::nullopt};  // no Slurm: flags and PET_* alone decide
 };
 
 // Parses `ddprun ARGS...`; stderr (error messages) is kept in `err`.
