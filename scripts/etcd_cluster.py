@@ -27,6 +27,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ports  # noqa: E402
+
 ETCD = os.environ.get("DDPRUN_ETCD_BIN", "/usr/bin/etcd")
 START_BOUND_S = 30.0  # safety bound for a cluster to become healthy; it takes ~1-2 s here
 
@@ -39,18 +42,9 @@ def etcd_available():
 
 
 def _free_ports(count):
-    # Bound together so that no two are equal; another process may still take one before etcd
-    # binds it (the start then fails and says so), a race the tests accept.
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    # Below the ephemeral range (ports.py says why); another process may still take one before
+    # etcd binds it (the start then fails and says so), a race the tests accept.
+    return ports.free_ports(count)
 
 
 def _pdeathsig(sig):

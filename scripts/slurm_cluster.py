@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ports  # noqa: E402
+
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "sinfo", "scontrol")
 READY_TIMEOUT_S = 30  # safety bound: a one-node cluster is ready in about a second here
@@ -41,23 +44,7 @@ def missing():
 
 
 def _free_port():
-    """A port free on every address, below the kernel's ephemeral range: a port the kernel hands
-    out (bind to 0) can be taken again at once by any outgoing connection of a test running beside
-    this one, before slurmctld binds it (seen under ctest -j2: "Address already in use")."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(200):
-        port = random.randrange(10000, max(10001, low))
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port below %d for slurmctld and slurmd" % low)
+    return ports.free_port()  # below the ephemeral range: ports.py says why
 
 
 def _processes_with(needle):

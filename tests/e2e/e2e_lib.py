@@ -28,6 +28,8 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import ports  # noqa: E402
 EXAMPLES = os.path.join(REPO, "examples", "torch")
 DDP_TRAIN = os.path.join(EXAMPLES, "ddp_train.py")
 
@@ -56,9 +58,7 @@ def worker(name):
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()  # below the ephemeral range: scripts/ports.py says why
 
 
 class RunResult:

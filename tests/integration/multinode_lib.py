@@ -21,6 +21,10 @@ import uuid
 
 import ddprun_testlib as tl
 
+import sys  # noqa: E402
+sys.path.insert(0, os.path.join(tl.REPO, "scripts"))
+import ports  # noqa: E402
+
 RDZV = os.path.join(tl.BIN_DIR, "ddprun-rdzv")
 # README "Exit status" (common/exit_codes.h): the infrastructure-failure code. An agent whose
 # rendezvous is unreachable or lost, that is fenced out and cannot join again, that is refused (a
@@ -64,9 +68,7 @@ exit 0
 
 
 def free_port(host="127.0.0.1"):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return ports.free_port(host)  # below the ephemeral range: scripts/ports.py says why
 
 
 def wait_listening(port, host="127.0.0.1", timeout=10.0, proc=None):

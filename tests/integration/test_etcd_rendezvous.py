@@ -1,5 +1,6 @@
 """--rdzv_backend=etcd end to end: real ddprun agents on a real 3-member etcd 3.4 cluster
 (scripts/etcd_cluster.py), as users run them. docs/etcd.md."""
+import json
 import os
 import re
 import signal
@@ -145,6 +146,30 @@ class EtcdRendezvousTest(EtcdTestBase):
         for r in self.wait_all(jobs):
             self.assertEqual(r.returncode, 0, r.describe())
         self.assertEqual({rec[1] for rec in self.records()}, {"1"}, "the round was restarted: a node was lost")
+        self.assert_job_keys_gone()
+
+    def test_torch_ddp_trains_on_while_the_etcd_leader_is_killed(self):
+        # The issue's bar: a job of the unmodified torch DDP script (gloo, env://) survives the loss
+        # of the etcd leader mid-training, with no restart.
+        out = self.path("model.pt")
+        script = os.path.join(tl.REPO, "examples", "torch", "ddp_train.py")
+        program = [tl.PYTHON_EXEC, "-u", script, "--out", out, "--epochs", "300"]
+        jobs = [self.agent(t, "2", program, conf="heartbeat_timeout=4") for t in ("a", "b")]
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while "epoch 5 " not in jobs[0].stdout() + jobs[1].stdout():
+            for j in jobs:
+                if j.poll() is not None:
+                    self.fail("an agent ended before training got going\n%s" % j.result(j.poll()).describe())
+            self.assertLess(time.monotonic(), deadline, "no training progress within the safety bound")
+            time.sleep(0.05)
+        self.cluster.kill(self.cluster.leader())
+        killed_at = jobs[0].stdout() + jobs[1].stdout()
+        self.assertNotIn("epoch 299 ", killed_at, "training ended before the kill: raise --epochs")
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        with open(out + ".json") as f:
+            summary = json.load(f)
+        self.assertEqual((summary["world_size"], int(summary["restart_count"])), (2, 0), summary)
         self.assert_job_keys_gone()
 
     def test_a_node_killed_mid_round_is_dropped_by_its_lease_and_the_survivor_goes_on(self):
