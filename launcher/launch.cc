@@ -130,6 +130,17 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   }
   AgentOptions options = agentOptions(cfg, runDir.path());
   if (!cfg.tokenFile.empty()) options.inherited.set("DDPRUN_RDZV_TOKEN_FILE", cfg.tokenFile);
+  if (cfg.rdzvBackend == "etcd") {
+    // The workers' store is on etcd too (worker_sdk/env.h): its key root, TLS files and login,
+    // in the environment the agent gives them, not in ddprun's own.
+    options.inherited.set("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix);
+    if (cfg.etcdTls) {
+      options.inherited.set("DDPRUN_ETCD_CACERT", cfg.etcdCaCert);
+      if (!cfg.etcdCert.empty()) options.inherited.set("DDPRUN_ETCD_CERT", cfg.etcdCert);
+      if (!cfg.etcdKey.empty()) options.inherited.set("DDPRUN_ETCD_KEY", cfg.etcdKey);
+    }
+    if (!cfg.etcdAuthFile.empty()) options.inherited.set("DDPRUN_ETCD_AUTH_FILE", cfg.etcdAuthFile);
+  }
   options.stdoutConsole = console;
   options.stderrConsole = consoleErr;
   ElasticAgent agent(io, *rendezvous, supervisor, std::move(options));

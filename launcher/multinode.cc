@@ -72,15 +72,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
   o.host = !cfg.localAddr.empty() ? cfg.localAddr : hostName();
   o.masterPort = findFreePort("");
   o.onFenceDeadline = std::move(fence);
-  // The workers' store is on etcd too; they find its key root and TLS files in the environment
-  // the agent passes on (set before any worker exists).
-  ::setenv("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix.c_str(), 1);
-  if (cfg.etcdTls) {
-    ::setenv("DDPRUN_ETCD_CACERT", cfg.etcdCaCert.c_str(), 1);
-    if (!cfg.etcdCert.empty()) ::setenv("DDPRUN_ETCD_CERT", cfg.etcdCert.c_str(), 1);
-    if (!cfg.etcdKey.empty()) ::setenv("DDPRUN_ETCD_KEY", cfg.etcdKey.c_str(), 1);
-  }
-  if (!cfg.etcdAuthFile.empty()) ::setenv("DDPRUN_ETCD_AUTH_FILE", cfg.etcdAuthFile.c_str(), 1);
+  // The workers' store is on etcd too: launch.cc gives them its key root and TLS files.
   MultiNodeRendezvous out;
   out.client = std::make_unique<EtcdRendezvous>(o, std::move(post));
   return out;

@@ -95,11 +95,13 @@ def _make_certs(folder):
 
 
 class EtcdCluster:
-    def __init__(self, size=3, base_dir=None, tls=False):
+    def __init__(self, size=3, base_dir=None, tls=False, enable_v2=False):
         """tls: clients must speak TLS with a client certificate signed by the cluster's own CA
-        (self.certs names the files; the peers talk plain HTTP on loopback)."""
+        (self.certs names the files; the peers talk plain HTTP on loopback). enable_v2: also serve
+        etcd's v2 API, which torch's own etcd rendezvous speaks (the benchmark's peer)."""
         self.size = size
         self.tls = tls
+        self.enable_v2 = enable_v2
         self.certs = None
         self.dir = tempfile.mkdtemp(prefix="ddprun-etcd-", dir=base_dir)
         ports = _free_ports(2 * size)
@@ -135,6 +137,8 @@ class EtcdCluster:
                "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", token,
                # Fast elections on loopback (defaults: 100 ms heartbeat, 1 s election).
                "--heartbeat-interval", "50", "--election-timeout", "500"]
+        if self.enable_v2:
+            cmd += ["--enable-v2=true"]
         if self.tls:
             cmd += ["--cert-file", self.certs["server_cert"], "--key-file", self.certs["server_key"],
                     "--trusted-ca-file", self.certs["ca"], "--client-cert-auth"]
