@@ -25,6 +25,18 @@ std::string readToken(const LaunchConfig& cfg) {
 
 Micros seconds(double s) { return Micros(static_cast<int64_t>(s * 1e6)); }
 
+// The job's rules as this node asks for them, the same for every backend.
+RendezvousRules rulesOf(const LaunchConfig& cfg) {
+  RendezvousRules rules;
+  rules.minNodes = cfg.minNodes;
+  rules.maxNodes = cfg.maxNodes;
+  rules.maxRestarts = cfg.maxRestarts;
+  rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
+  rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
+  rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
+  return rules;
+}
+
 class HostedServer final : public HostedRendezvous {
  public:
   explicit HostedServer(RendezvousServerOptions options) : server_(std::move(options)) {}
@@ -62,12 +74,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
   o.runId = cfg.runId;
   o.nodeId = newNodeId();
   o.localWorldSize = cfg.nprocPerNode;
-  o.rules.minNodes = cfg.minNodes;
-  o.rules.maxNodes = cfg.maxNodes;
-  o.rules.maxRestarts = cfg.maxRestarts;
-  o.rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
-  o.rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
-  o.rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
+  o.rules = rulesOf(cfg);
   // etcd cannot tell us the address we connect from: the node's own name, as torch's etcd backend.
   o.host = !cfg.localAddr.empty() ? cfg.localAddr : hostName();
   o.masterPort = findFreePort("");
@@ -115,12 +122,7 @@ MultiNodeRendezvous startMultiNode(const LaunchConfig& cfg, PostFn post, FenceFn
   o.runId = cfg.runId;
   o.nodeId = newNodeId();
   o.localWorldSize = cfg.nprocPerNode;
-  o.rules.minNodes = cfg.minNodes;
-  o.rules.maxNodes = cfg.maxNodes;
-  o.rules.maxRestarts = cfg.maxRestarts;
-  o.rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
-  o.rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
-  o.rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
+  o.rules = rulesOf(cfg);
   bool staticMode = cfg.rdzvBackend == "static";
   o.host = !cfg.localAddr.empty() ? cfg.localAddr : (staticMode && cfg.nodeRank == 0 ? cfg.masterAddr : "");
   o.masterPort = findFreePort("");

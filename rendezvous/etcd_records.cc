@@ -12,44 +12,6 @@ int64_t us(Micros t) { return t.count(); }
 
 }  // namespace
 
-std::string storePrefix(const std::string& runId, uint64_t round) {
-  return "/run/" + runId + "/round/" + std::to_string(round) + "/";
-}
-
-
-
-pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
-  pb::ServerMessage msg;
-  if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
-    auto* out = msg.mutable_round_assigned();
-    out->set_round(a->round);
-    out->set_group_rank(a->groupRank);
-    out->set_group_world_size(a->groupWorldSize);
-    out->set_rank_offset(a->rankOffset);
-    out->set_world_size(a->worldSize);
-    out->set_restart_count(a->restartCount);
-    out->set_master_addr(a->masterAddr);
-    out->set_master_port(a->masterPort);
-    out->set_store_prefix(storePrefix(runId, a->round));
-  } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
-    msg.mutable_round_interrupted()->set_round(i->round);
-    msg.mutable_round_interrupted()->set_reason(i->reason);
-  } else if (auto* e = std::get_if<JobEnd>(&notice.body)) {
-    msg.mutable_job_closed()->set_succeeded(e->succeeded);
-    msg.mutable_job_closed()->set_reason(e->reason);
-    if (e->failure) {
-      toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
-      msg.mutable_job_closed()->set_failed_node(e->failedNode);
-    }
-  } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
-    msg.mutable_rejected()->set_code(toProto(r->code));
-    msg.mutable_rejected()->set_message(r->message.substr(0, 1024));
-    msg.mutable_rejected()->set_fatal(r->fatal);
-  }
-  return msg;
-}
-
-
 void toProto(const RendezvousRules& rules, pb::JobRules* r) {
   r->set_min_nodes(rules.minNodes);
   r->set_max_nodes(rules.maxNodes);
@@ -70,18 +32,6 @@ RendezvousRules fromProto(const pb::JobRules& r) {
   return rules;
 }
 
-pb::Rejected::Code toProto(RejectCode code) {
-  switch (code) {
-    case RejectCode::kStaleRound: return pb::Rejected::STALE_ROUND;
-    case RejectCode::kDuplicateNode: return pb::Rejected::DUPLICATE_NODE;
-    case RejectCode::kJobClosed: return pb::Rejected::JOB_CLOSED;
-    case RejectCode::kRulesMismatch: return pb::Rejected::RULES_MISMATCH;
-    case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
-    case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
-    case RejectCode::kEvicted: return pb::Rejected::EVICTED;
-  }
-  return pb::Rejected::UNSPECIFIED;
-}
 
 pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
   pb::RendezvousSnapshot m;

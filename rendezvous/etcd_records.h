@@ -1,5 +1,4 @@
-// The etcd rendezvous backend's records in etcd (docs/etcd.md), both ways: the notices the
-// driver writes for each node (ddprun.v1.ServerMessage, as the gRPC server sends them), the
+// The etcd rendezvous backend's records in etcd (docs/etcd.md), both ways: the
 // rules a node joins with (JobRules, in milliseconds) and the driver's snapshot of the state
 // (ddprun.v1.RendezvousSnapshot). Pure conversions, unit-tested without etcd.
 #pragma once
@@ -13,11 +12,8 @@
 
 namespace ddprun::etcd_records {
 
-// "/run/<id>/round/<n>/": the workers' store prefix of a round (DDPRUN_STORE_PREFIX).
-std::string storePrefix(const std::string& runId, uint64_t round);
-
-v1::ServerMessage toProto(const std::string& runId, const Notice& notice);
-v1::Rejected::Code toProto(RejectCode code);
+// The notices themselves are ddprun.v1.ServerMessage, converted by rendezvous/notice_proto.h as
+// the gRPC server's are.
 
 void toProto(const RendezvousRules& rules, v1::JobRules* message);
 RendezvousRules fromProto(const v1::JobRules& message);

@@ -16,6 +16,7 @@
 #include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/etcd_records.h"
+#include "rendezvous/notice_proto.h"
 #include "rendezvous/grpc_rendezvous.h"  // FenceTiming
 #include "rendezvous/worker_failure_message.h"
 #include "store/etcd/etcd_watch.h"
@@ -496,7 +497,7 @@ class EtcdRendezvous::Impl {
     for (const auto& n : notices) {
       auto* put = t.add_success()->mutable_request_put();
       put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
-      put->set_value(toProto(o_.runId, n).SerializeAsString());
+      put->set_value(toProto(o_.runId, n, false).SerializeAsString());
       put->set_lease(jobLease_);
       if (auto* a = std::get_if<RoundAssignment>(&n.body)) latestRound = std::max(latestRound, a->round);
       if (std::holds_alternative<JobEnd>(n.body)) jobEnded = true;

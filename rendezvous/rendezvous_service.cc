@@ -15,6 +15,7 @@
 #include "common/net.h"
 #include "common/strings.h"
 #include "store/grpc_util.h"
+#include "rendezvous/notice_proto.h"
 #include "rendezvous/state_machine.h"
 #include "rendezvous/worker_failure_message.h"
 
@@ -28,55 +29,6 @@ constexpr size_t kMaxReasonBytes = 256;  // of a reason an agent gives for leavi
 
 Micros monotonicNow() {
   return std::chrono::duration_cast<Micros>(Clock::now().time_since_epoch());
-}
-
-pb::Rejected::Code toProto(RejectCode code) {
-  switch (code) {
-    case RejectCode::kStaleRound: return pb::Rejected::STALE_ROUND;
-    case RejectCode::kDuplicateNode: return pb::Rejected::DUPLICATE_NODE;
-    case RejectCode::kJobClosed: return pb::Rejected::JOB_CLOSED;
-    case RejectCode::kRulesMismatch: return pb::Rejected::RULES_MISMATCH;
-    case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
-    case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
-    case RejectCode::kEvicted: return pb::Rejected::EVICTED;
-  }
-  return pb::Rejected::UNSPECIFIED;
-}
-
-std::string storePrefix(const std::string& runId, uint64_t round) {
-  return "/run/" + runId + "/round/" + std::to_string(round) + "/";
-}
-
-pb::ServerMessage toProto(const std::string& runId, const Notice& notice) {
-  pb::ServerMessage msg;
-  if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
-    auto* out = msg.mutable_round_assigned();
-    out->set_round(a->round);
-    out->set_group_rank(a->groupRank);
-    out->set_group_world_size(a->groupWorldSize);
-    out->set_rank_offset(a->rankOffset);
-    out->set_world_size(a->worldSize);
-    out->set_restart_count(a->restartCount);
-    out->set_master_addr(a->masterAddr);
-    out->set_master_port(a->masterPort);
-    out->set_store_prefix(storePrefix(runId, a->round));
-    out->set_acks_heartbeats(true);
-  } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
-    msg.mutable_round_interrupted()->set_round(i->round);
-    msg.mutable_round_interrupted()->set_reason(i->reason);
-  } else if (auto* e = std::get_if<JobEnd>(&notice.body)) {
-    msg.mutable_job_closed()->set_succeeded(e->succeeded);
-    msg.mutable_job_closed()->set_reason(e->reason);
-    if (e->failure) {
-      toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
-      msg.mutable_job_closed()->set_failed_node(e->failedNode);
-    }
-  } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
-    msg.mutable_rejected()->set_code(toProto(r->code));
-    msg.mutable_rejected()->set_message(bounded(grpc::Status(grpc::StatusCode::UNKNOWN, r->message)).error_message());
-    msg.mutable_rejected()->set_fatal(r->fatal);
-  }
-  return msg;
 }
 
 pb::ServerMessage rejection(pb::Rejected::Code code, const std::string& message) {
@@ -395,7 +347,7 @@ class RendezvousService::Impl {
     // A join's own rejection goes to this stream: the node id may belong to another live session.
     for (auto n = notices.begin(); n != notices.end();) {
       if (n->nodeId == node.nodeId && std::holds_alternative<Rejection>(n->body)) {
-        post(s, toProto(join.run_id(), *n), true, fx);
+        post(s, toProto(join.run_id(), *n, true), true, fx);
         return false;
       }
       ++n;
@@ -482,7 +434,7 @@ class RendezvousService::Impl {
       if (target == job.sessions.end()) continue;
       bool closes = std::holds_alternative<JobEnd>(notice.body) ||
                     (std::holds_alternative<Rejection>(notice.body) && std::get<Rejection>(notice.body).fatal);
-      post(target->second, toProto(job.runId, notice), closes, fx);
+      post(target->second, toProto(job.runId, notice, true), closes, fx);
     }
   }
 

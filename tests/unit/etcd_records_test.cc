@@ -2,6 +2,7 @@
 // exactly, and a state restored from it answers as the original; rules and notices keep their
 // fields.
 #include "rendezvous/etcd_records.h"
+#include "rendezvous/notice_proto.h"
 
 #include "state_machine_test_util.h"
 
@@ -40,10 +41,10 @@ TEST_CASE("etcd records: rules go as milliseconds, notices carry the round's sto
   RoundAssignment a;
   a.round = 5;
   a.groupRank = 1;
-  auto msg = rec::toProto("job42", Notice{"a", a});
+  auto msg = ddprun::toProto("job42", Notice{"a", a}, false);
   CHECK(msg.round_assigned().store_prefix() == "/run/job42/round/5/");
   CHECK(msg.round_assigned().group_rank() == 1);
-  auto rej = rec::toProto("job42", Notice{"a", Rejection{RejectCode::kRulesMismatch, "other settings", true}});
+  auto rej = ddprun::toProto("job42", Notice{"a", Rejection{RejectCode::kRulesMismatch, "other settings", true}}, false);
   CHECK(rej.rejected().code() == ddprun::v1::Rejected::RULES_MISMATCH);
   CHECK(rej.rejected().fatal());
 }

@@ -1,0 +1,23 @@
+// What the rendezvous tells a node, as a ddprun.v1.ServerMessage: one conversion for both
+// backends, the gRPC server's session stream and the etcd driver's notice records.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/state_machine.h"
+
+namespace ddprun {
+
+// "/run/<id>/round/<n>/": the workers' store prefix of a round (DDPRUN_STORE_PREFIX).
+std::string storePrefix(const std::string& runId, uint64_t round);
+
+v1::Rejected::Code toProto(RejectCode code);
+
+// acksHeartbeats: the backend answers heartbeats, so the agent may fence on a silent one
+// (docs/rendezvous.md, "Fencing"); the etcd backend's liveness is the node's lease instead.
+// A rejection's message is cut to 1 KB, saying so.
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats);
+
+}  // namespace ddprun
