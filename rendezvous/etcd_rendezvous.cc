@@ -108,7 +108,14 @@ class EtcdRendezvous::Impl {
     client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
   }
 
-  bool fenced(uint64_t round) const { return round != 0 && round <= fencedThrough_.load(); }
+  // As the gRPC backend's: also true for the running round once etcd has been silent past the
+  // agent's fence deadline, even before the renewal thread (maybe stuck in a call that waits for
+  // its own deadline) has noticed: a worker the watchdog killed then is fenced, not a failure.
+  bool fenced(uint64_t round) const {
+    if (round == 0) return false;
+    if (round == round_.load() && lastRenewalDue(SteadyClock::now())) return true;
+    return round <= fencedThrough_.load();
+  }
 
   void report(const pb::AgentMessage& msg) {
     if (nodeLease_ == 0) return;
@@ -184,7 +191,7 @@ class EtcdRendezvous::Impl {
   // sent + 13H/16 and the agent's own fence at sent + 5H/8 both come first (docs/rendezvous.md's
   // argument, with etcd's lease in place of the server's heartbeat clock).
   void renewed(SteadyClock::time_point sent) {
-    lastRenewal_ = sent;
+    lastRenewal_.store(sent.time_since_epoch().count());
     if (o_.onFenceDeadline) o_.onFenceDeadline(sent + timing_.watchdogKill);
   }
 
@@ -204,7 +211,7 @@ class EtcdRendezvous::Impl {
       } catch (const Error& e) {
         spdlog::warn("rendezvous (etcd): lease renewal failed: {}", e.what());
       }
-      if (lost.empty() && SteadyClock::now() - lastRenewal_ > timing_.agentFence) {
+      if (lost.empty() && lastRenewalDue(SteadyClock::now())) {
         lost = "etcd unreachable for " + std::to_string(timing_.agentFence.count()) + " ms: this node may be declared dead";
       }
       if (!lost.empty() && !rejoin(lost)) return;
@@ -542,7 +549,13 @@ class EtcdRendezvous::Impl {
   std::string jobPrefix_, rdzv_, storeAddr_;
   std::chrono::milliseconds heartbeat_{5000};
   FenceTiming timing_{};
-  SteadyClock::time_point lastRenewal_;
+  // When the last renewal that etcd answered was sent (steady clock ticks): read by fenced() on
+  // the agent's thread, written by the renewal thread.
+  std::atomic<SteadyClock::rep> lastRenewal_{0};
+
+  bool lastRenewalDue(SteadyClock::time_point now) const {
+    return now - SteadyClock::time_point(SteadyClock::duration(lastRenewal_.load())) > timing_.agentFence;
+  }
   RendezvousListener* listener_ = nullptr;
   int64_t jobLease_ = 0;
   std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again

@@ -320,5 +320,112 @@ class EtcdTlsTest(EtcdTestBase):
         self.assertIn("cannot join the rendezvous on etcd", r.stderr + r.stdout)
 
 
+# Fails with exit 3 on node a while TORCHELASTIC_RESTART_COUNT is below FAIL_UNTIL; records every
+# start (node, restart count) first.
+FLAKY = r"""#!/bin/sh
+echo "$NODE_TAG $TORCHELASTIC_RESTART_COUNT" >> "%(d)s/starts"
+if [ "$NODE_TAG" = a ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt %(fail_until)d ]; then exit 3; fi
+while [ ! -e "%(d)s/release" ]; do sleep 0.05; done
+"""
+
+
+class EtcdJobsTest(EtcdTestBase):
+    """The rest of the issue's list: budgets, scale-up, two jobs, every member gone, 4 torch nodes."""
+
+    def release(self):
+        with open(self.path("release"), "w"):
+            pass
+
+    def starts(self):
+        try:
+            with open(self.path("starts")) as f:
+                return [tuple(line.split()) for line in f if len(line.split()) == 2]
+        except FileNotFoundError:
+            return []
+
+    def test_the_restart_budget_is_one_for_the_job_not_one_per_node(self):
+        # --max_restarts=1: node a's worker fails in attempt 0, the job restarts once (both nodes,
+        # TORCHELASTIC_RESTART_COUNT=1 on both) and succeeds.
+        flaky = self.script("flaky.sh", FLAKY % {"d": self.tmp, "fail_until": 1})
+        jobs = [self.agent(t, "2", [flaky], conf="heartbeat_timeout=4") for t in ("a", "b")]
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while sorted(self.starts()).count(("b", "1")) < 1 or ("a", "1") not in self.starts():
+            self.assertLess(time.monotonic(), deadline, "no second attempt on both nodes: %s" % self.starts())
+            time.sleep(0.05)
+        self.release()
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        self.assertEqual(sorted(set(self.starts())), [("a", "0"), ("a", "1"), ("b", "0"), ("b", "1")])
+
+    def test_a_spent_budget_ends_the_job_on_every_node_with_the_failure(self):
+        # Node a fails in every attempt: after the one restart of the job (not one per node) every
+        # node exits with the worker's status, 3.
+        flaky = self.script("flaky.sh", FLAKY % {"d": self.tmp, "fail_until": 99})
+        jobs = [self.agent(t, "2", [flaky], conf="heartbeat_timeout=4") for t in ("a", "b")]
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 3, r.describe())
+        counts = {c for _, c in self.starts()}
+        self.assertEqual(counts, {"0", "1"}, "attempts: %s" % self.starts())
+
+    def agent(self, tag, nnodes, program, nproc=1, backend="etcd", conf="heartbeat_timeout=2", env=None):
+        e = {"PET_MAX_RESTARTS": "1"}
+        e.update(env or {})
+        return super().agent(tag, nnodes, program, nproc, backend, conf, e)
+
+    def test_a_node_that_arrives_later_scales_the_job_up_without_spending_a_restart(self):
+        jobs = [self.agent(t, "2:3", self.recorder(), conf="heartbeat_timeout=4,last_call_timeout=0.5") for t in "ab"]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on a and b")
+        jobs.append(self.agent("c", "2:3", self.recorder(), conf="heartbeat_timeout=4,last_call_timeout=0.5"))
+        # records: tag, round, rank, world, group rank, restart count
+        self.wait_records(lambda recs: len([r for r in recs if r[3] == "3"]) == 3, jobs, "a round of 3 nodes")
+        self.release()
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        later = [r for r in self.records() if r[3] == "3"]
+        self.assertEqual({r[5] for r in later}, {"0"}, "a membership change spent a restart: %s" % later)
+        self.assertEqual(sorted(r[2] for r in later), ["0", "1", "2"])
+
+    def test_two_jobs_with_different_run_ids_share_one_etcd(self):
+        other = EtcdTestBase.agent  # the same agent, another run id
+        first = [self.agent(t, "2", self.recorder()) for t in "ab"]
+        saved, self.run_id = self.run_id, self.run_id + "_second"
+        second = [other(self, t, "2", self.recorder()) for t in "cd"]
+        self.run_id = saved
+        self.wait_records(lambda recs: len(recs) == 4, first + second, "both jobs' rounds")
+        self.release()
+        for r in self.wait_all(first + second):
+            self.assertEqual(r.returncode, 0, r.describe())
+        by_job = {}
+        for tag, rnd, rank, world, group, restarts in self.records():
+            by_job.setdefault(tag in "ab", []).append((rank, world))
+        self.assertEqual(sorted(by_job[True]), [("0", "2"), ("1", "2")])
+        self.assertEqual(sorted(by_job[False]), [("0", "2"), ("1", "2")])
+
+    def test_every_etcd_member_gone_ends_every_agent_with_200_and_nothing_left(self):
+        jobs = [self.agent(t, "2", self.recorder()) for t in "ab"]
+        self.wait_records(lambda recs: len(recs) == 2, jobs, "round 1 on both nodes")
+        for i in range(self.cluster.size):
+            self.cluster.stop(i)  # SIGSTOP: silent, not refusing (the harder case)
+        try:
+            for r in self.wait_all(jobs):
+                self.assertEqual(r.returncode, ml.EXIT_INFRASTRUCTURE, r.describe())
+            for j in jobs:
+                self.assertEqual(j.survivors(), [], "workers outlived their agent")
+        finally:
+            for i in range(self.cluster.size):
+                self.cluster.cont(i)
+
+    def test_four_nodes_train_the_torch_ddp_script(self):
+        out = self.path("model.pt")
+        script = os.path.join(tl.REPO, "examples", "torch", "ddp_train.py")
+        program = [tl.PYTHON_EXEC, "-u", script, "--out", out, "--epochs", "2"]
+        jobs = [self.agent(t, "4", program, conf="heartbeat_timeout=5") for t in "abcd"]
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        with open(out + ".json") as f:
+            self.assertEqual(json.load(f)["world_size"], 4)
+        self.assert_job_keys_gone()
+
+
 if __name__ == "__main__":
     unittest_main.main()
