@@ -285,17 +285,7 @@ class EtcdRendezvous::Impl {
     switch (msg.kind_case()) {
       case pb::ServerMessage::kRoundAssigned: {
         const auto& a = msg.round_assigned();
-        RoundInfo info;
-        info.round = a.round();
-        info.groupRank = a.group_rank();
-        info.groupWorldSize = a.group_world_size();
-        info.rankOffset = a.rank_offset();
-        info.worldSize = a.world_size();
-        info.restartCount = a.restart_count();
-        info.masterAddr = a.master_addr();
-        info.masterPort = a.master_port();
-        info.storeAddr = storeAddr_;
-        info.storePrefix = a.store_prefix();
+        RoundInfo info = roundInfoOf(a, storeAddr_);
         round_ = info.round;
         post_([listener = listener_, info] { listener->onRoundReady(info); });
         return true;

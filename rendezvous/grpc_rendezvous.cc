@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/exit_codes.h"
 #include "rendezvous/grpc_runtime.h"
+#include "rendezvous/notice_proto.h"
 #include "rendezvous/worker_failure_message.h"
 #include "store/grpc_util.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
@@ -248,17 +249,7 @@ class GrpcRendezvous::Impl {
     switch (msg.kind_case()) {
       case pb::ServerMessage::kRoundAssigned: {
         const auto& a = msg.round_assigned();
-        RoundInfo info;
-        info.round = a.round();
-        info.groupRank = a.group_rank();
-        info.groupWorldSize = a.group_world_size();
-        info.rankOffset = a.rank_offset();
-        info.worldSize = a.world_size();
-        info.restartCount = a.restart_count();
-        info.masterAddr = a.master_addr();
-        info.masterPort = a.master_port();
-        info.storeAddr = options_.endpoint;
-        info.storePrefix = a.store_prefix();
+        RoundInfo info = roundInfoOf(a, options_.endpoint);
         // The server read this session's Join before it assigned the round.
         updateContact(joinSent_);
         fencingOn_ = a.acks_heartbeats();

@@ -58,4 +58,19 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
   return msg;
 }
 
+RoundInfo roundInfoOf(const pb::RoundAssigned& a, const std::string& storeAddr) {
+  RoundInfo info;
+  info.round = a.round();
+  info.groupRank = a.group_rank();
+  info.groupWorldSize = a.group_world_size();
+  info.rankOffset = a.rank_offset();
+  info.worldSize = a.world_size();
+  info.restartCount = a.restart_count();
+  info.masterAddr = a.master_addr();
+  info.masterPort = a.master_port();
+  info.storeAddr = storeAddr;
+  info.storePrefix = a.store_prefix();
+  return info;
+}
+
 }  // namespace ddprun

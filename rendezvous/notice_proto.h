@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/rendezvous.h"
 #include "rendezvous/state_machine.h"
 
 namespace ddprun {
@@ -19,5 +20,8 @@ v1::Rejected::Code toProto(RejectCode code);
 // (docs/rendezvous.md, "Fencing"); the etcd backend's liveness is the node's lease instead.
 // A rejection's message is cut to 1 KB, saying so.
 v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats);
+
+// An agent's side: the round it was assigned, with its workers' store at `storeAddr`.
+RoundInfo roundInfoOf(const v1::RoundAssigned& assigned, const std::string& storeAddr);
 
 }  // namespace ddprun
