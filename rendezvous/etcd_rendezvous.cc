@@ -298,14 +298,7 @@ class EtcdRendezvous::Impl {
       }
       case pb::ServerMessage::kJobClosed: {
         if (closed_.exchange(true)) return false;
-        const auto& closed = msg.job_closed();
-        JobClosure closure;
-        closure.outcome = closed.succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
-        closure.reason = closed.reason();
-        if (!closed.succeeded() && closed.has_failure()) {
-          closure.failure = fromMessage(closed.failure());
-          closure.failedNode = closed.failed_node().substr(0, 256);
-        }
+        JobClosure closure = jobClosureOf(msg.job_closed());
         post_([listener = listener_, closure] { listener->onJobClosed(closure); });
         return false;
       }
@@ -314,13 +307,7 @@ class EtcdRendezvous::Impl {
           spdlog::warn("rendezvous (etcd): {}", msg.rejected().message());
           return true;
         }
-        {
-          const auto code = msg.rejected().code();
-          const bool configuration = code == pb::Rejected::RULES_MISMATCH || code == pb::Rejected::MALFORMED ||
-                                     code == pb::Rejected::DUPLICATE_NODE;
-          fail("the rendezvous refused this node: " + msg.rejected().message(),
-               configuration ? kExitUsage : kExitInfrastructure);
-        }
+        fail("the rendezvous refused this node: " + msg.rejected().message(), exitStatusOfRefusal(msg.rejected().code()));
         return false;
       default:
         return true;

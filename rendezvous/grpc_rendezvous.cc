@@ -266,14 +266,7 @@ class GrpcRendezvous::Impl {
       }
       case pb::ServerMessage::kJobClosed: {
         closed_ = true;
-        const auto& closed = msg.job_closed();
-        JobClosure closure;
-        closure.outcome = closed.succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
-        closure.reason = closed.reason();
-        if (!closed.succeeded() && closed.has_failure()) {
-          closure.failure = fromMessage(closed.failure());
-          closure.failedNode = closed.failed_node().substr(0, 256);
-        }
+        JobClosure closure = jobClosureOf(msg.job_closed());
         post_([listener = listener_, closure] { listener->onJobClosed(closure); });
         return false;
       }
@@ -309,10 +302,8 @@ class GrpcRendezvous::Impl {
           duplicateNode_ = true;
           return false;
         }
-        closed_ = true;
-        const bool configuration = r.code() == pb::Rejected::MALFORMED || r.code() == pb::Rejected::RULES_MISMATCH ||
-                                   (r.code() == pb::Rejected::DUPLICATE_NODE && !rejoining_);
-        fail("the rendezvous refused this node: " + r.message(), configuration ? kExitUsage : kExitInfrastructure);
+        closed_ = true;  // a duplicate while rejoining returned above: here it is this node's configuration
+        fail("the rendezvous refused this node: " + r.message(), exitStatusOfRefusal(r.code()));
         return false;
       }
       default:

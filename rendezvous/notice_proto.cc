@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/exit_codes.h"
 #include "rendezvous/worker_failure_message.h"
 #include "store/grpc_util.h"
 
@@ -56,6 +57,23 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
     msg.mutable_rejected()->set_fatal(r->fatal);
   }
   return msg;
+}
+
+JobClosure jobClosureOf(const pb::JobClosed& closed) {
+  JobClosure closure;
+  closure.outcome = closed.succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
+  closure.reason = closed.reason();
+  if (!closed.succeeded() && closed.has_failure()) {
+    closure.failure = fromMessage(closed.failure());
+    closure.failedNode = closed.failed_node().substr(0, 256);
+  }
+  return closure;
+}
+
+int exitStatusOfRefusal(pb::Rejected::Code code) {
+  const bool configuration = code == pb::Rejected::MALFORMED || code == pb::Rejected::RULES_MISMATCH ||
+                             code == pb::Rejected::DUPLICATE_NODE;
+  return configuration ? kExitUsage : kExitInfrastructure;
 }
 
 RoundInfo roundInfoOf(const pb::RoundAssigned& a, const std::string& storeAddr) {

@@ -24,4 +24,11 @@ v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
 // An agent's side: the round it was assigned, with its workers' store at `storeAddr`.
 RoundInfo roundInfoOf(const v1::RoundAssigned& assigned, const std::string& storeAddr);
 
+// An agent's side: how the job ended (the failed node's name cut to 256 bytes).
+JobClosure jobClosureOf(const v1::JobClosed& closed);
+
+// What a node exits with when the rendezvous refuses it for good: its configuration (other
+// rules, a malformed join, a node id or rank taken) is exit 2, anything else infrastructure.
+int exitStatusOfRefusal(v1::Rejected::Code code);
+
 }  // namespace ddprun
