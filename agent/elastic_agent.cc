@@ -49,9 +49,12 @@ class ElasticAgent::Impl {
       stopSignal_ = sig;
       spdlog::warn("received {}: stopping workers ({}s grace, then SIGKILL)", signalName(sig),
                    options_.shutdownGrace.count() / 1000.0);
+      pendingRound_.reset();
       rendezvous_.leave();
+      oweStopReport(std::max(currentRound_.round, stopOwed_.value_or(0)));
     }
     if (!group_ || groupStopped_) {
+      settleStopReport();
       finish(128 + *stopSignal_);
       return;
     }
@@ -70,9 +73,17 @@ class ElasticAgent::Impl {
   }
 
   void onRoundInterrupted(uint64_t round, const std::string& reason) {
-    if (finished_ || !group_ || round != currentRound_.round) return;
-    spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
-    group_->stop(SIGTERM, options_.shutdownGrace);
+    const uint64_t known = std::max(currentRound_.round, pendingRound_ ? pendingRound_->round : 0);
+    if (finished_ || round > known) return;  // not a round this node was told of
+    // A round interrupted before its workers started here (the last ones were still stopping)
+    // never starts.
+    if (pendingRound_ && pendingRound_->round <= round) pendingRound_.reset();
+    if (group_ && !groupStopped_ && round == currentRound_.round) {
+      spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
+      group_->stop(SIGTERM, options_.shutdownGrace);
+    }
+    oweStopReport(round);
+    settleStopReport();
   }
 
   // Fencing (docs/rendezvous.md): the server may form a round without this node soon, so the
@@ -264,6 +275,7 @@ class ElasticAgent::Impl {
     groupStopped_ = true;
     supervisor_.sweepOrphans(group_->pids());
     rendezvous_.reportSucceeded(currentRound_.round);
+    settleStopReport();
   }
 
   void onGroupStopped() {
@@ -271,12 +283,24 @@ class ElasticAgent::Impl {
     int swept = supervisor_.sweepOrphans(group_->pids());
     if (swept > 0) spdlog::info("killed {} leftover process(es) of the stopped workers", swept);
     if (firstFailure_) lastFailure_ = makeReport(*firstFailure_);
+    settleStopReport();  // before anything else: other nodes' next round waits for it
     if (stopSignal_) {
       finish(128 + *stopSignal_);
       return;
     }
     maybeFinishClosedJob();
     maybeStartPendingRound();
+  }
+
+  // The hand-over (docs/rendezvous.md): every interruption of a round is answered with
+  // reportStopped once no worker of that round or an older one runs here.
+  void oweStopReport(uint64_t round) {
+    if (round > 0) stopOwed_ = std::max(stopOwed_.value_or(0), round);
+  }
+  void settleStopReport() {
+    if (!stopOwed_ || jobClosed_ || (group_ && !groupStopped_)) return;
+    rendezvous_.reportStopped(*stopOwed_);
+    stopOwed_.reset();
   }
 
   void maybeFinishClosedJob() {
@@ -377,6 +401,7 @@ class ElasticAgent::Impl {
   bool groupStopped_ = false;
   RoundInfo currentRound_;
   std::optional<RoundInfo> pendingRound_;
+  std::optional<uint64_t> stopOwed_;  // the round whose interruption awaits reportStopped
   std::optional<WorkerExit> firstFailure_;
   std::unique_ptr<HangDetector> hangDetector_;
   std::optional<FailureReportInput> lastFailure_;

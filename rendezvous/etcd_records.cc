@@ -46,6 +46,9 @@ pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noti
     out->mutable_join()->set_master_port(n.info.masterPort);
     out->mutable_join()->set_node_rank(n.info.nodeRank);
     out->mutable_join()->set_last_round(n.info.lastRound);
+    out->mutable_join()->set_reports_stopped(n.info.reportsStopped);
+    out->set_stopping_round(n.stoppingRound);
+    out->set_leaving(n.leaving);
     out->set_join_seq(n.joinSeq);
     out->set_group_rank(n.groupRank);
   }
@@ -75,6 +78,9 @@ RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
     node.info.masterPort = n.join().master_port();
     node.info.nodeRank = n.join().node_rank();
     node.info.lastRound = n.join().last_round();
+    node.info.reportsStopped = n.join().reports_stopped();
+    node.stoppingRound = n.stopping_round();
+    node.leaving = n.leaving();
     node.joinSeq = n.join_seq();
     node.groupRank = n.group_rank();
     s.nodes.push_back(node);

@@ -104,6 +104,7 @@ class EtcdRendezvous::Impl {
     j.set_node_rank(o_.nodeRank);
     j.set_last_round(round_);
     j.set_has_last_round(round_ > 0);
+    j.set_reports_stopped(true);
     toProto(o_.rules, j.mutable_rules());
     client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
   }
@@ -449,6 +450,7 @@ class EtcdRendezvous::Impl {
       info.host = j.host();
       info.masterPort = j.master_port();
       info.nodeRank = j.node_rank();
+      info.reportsStopped = j.reports_stopped();
       live.insert(id);
       append(out, state.join(info, now));
     } else if (startsWith(key, events) && value) {
@@ -461,8 +463,14 @@ class EtcdRendezvous::Impl {
         append(out, state.workerFailed(id, msg.worker_failed().round(), now, fromMessage(msg.worker_failed())));
       } else if (msg.has_succeeded()) {
         append(out, state.succeeded(id, msg.succeeded().round(), now));
-      } else if (msg.has_leave()) {
-        if (live.erase(id)) append(out, state.leave(id, msg.leave().reason(), now));
+      } else if (msg.has_workers_stopped()) {
+        append(out, state.stopped(id, msg.workers_stopped().round(), now));
+        if (!state.hasNode(id)) live.erase(id);  // it had left and waited only for this
+      } else if (msg.has_leave() && live.count(id)) {
+        // A node whose workers still stop stays in the state (and live) until it reports them
+        // stopped or its key goes.
+        append(out, state.leave(id, msg.leave().reason(), now, true));
+        if (!state.hasNode(id)) live.erase(id);
       }
     }
   }
@@ -564,6 +572,12 @@ void EtcdRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& fa
 void EtcdRendezvous::reportSucceeded(uint64_t round) {
   pb::AgentMessage msg;
   msg.mutable_succeeded()->set_round(round);
+  impl_->report(msg);
+}
+
+void EtcdRendezvous::reportStopped(uint64_t round) {
+  pb::AgentMessage msg;
+  msg.mutable_workers_stopped()->set_round(round);
   impl_->report(msg);
 }
 

@@ -96,6 +96,12 @@ class GrpcRendezvous::Impl {
     write(msg);
   }
 
+  void reportStopped(uint64_t round) {
+    pb::AgentMessage msg;
+    msg.mutable_workers_stopped()->set_round(round);
+    write(msg);
+  }
+
   // Order matters against updateContact(), which marks the round fenced before it refreshes the
   // contact: staleness is read first, so a worker killed while the contact was stale is seen as
   // fenced even if an answer arrived since.
@@ -233,6 +239,7 @@ class GrpcRendezvous::Impl {
     j->set_master_port(options_.masterPort);
     j->set_node_rank(options_.nodeRank);
     j->set_last_round(round_);
+    j->set_reports_stopped(true);
     auto* rules = j->mutable_rules();
     rules->set_min_nodes(options_.rules.minNodes);
     rules->set_max_nodes(options_.rules.maxNodes);
@@ -454,6 +461,7 @@ void GrpcRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& fa
   impl_->reportWorkerFailure(round, failure);
 }
 void GrpcRendezvous::reportSucceeded(uint64_t round) { impl_->reportSucceeded(round); }
+void GrpcRendezvous::reportStopped(uint64_t round) { impl_->reportStopped(round); }
 void GrpcRendezvous::leave() { impl_->leave(); }
 bool GrpcRendezvous::fenced(uint64_t round) const { return impl_->fenced(round); }
 

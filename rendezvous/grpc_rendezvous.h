@@ -53,6 +53,7 @@ class GrpcRendezvous final : public Rendezvous {
   void join(RendezvousListener* listener) override;
   void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
   void reportSucceeded(uint64_t round) override;
+  void reportStopped(uint64_t round) override;
   void leave() override;
   bool fenced(uint64_t round) const override;
 

@@ -34,6 +34,9 @@ class LocalRendezvous final : public Rendezvous {
   void join(RendezvousListener* listener) override;
   void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
   void reportSucceeded(uint64_t round) override;
+  // Nothing to hand over: with one node, the agent itself starts a round only after its workers
+  // of the last one are gone.
+  void reportStopped(uint64_t) override {}
   void leave() override;
 
  private:

@@ -82,7 +82,12 @@ class Rendezvous {
   virtual void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) = 0;
   // Every local worker of `round` exited 0 (the exit barrier).
   virtual void reportSucceeded(uint64_t round) = 0;
-  // This node stops (a signal): it leaves without closing the job for the others.
+  // No worker of `round` or older runs on this node any more, and none will start: the answer to
+  // onRoundInterrupted(round), and after leave(). Other nodes' next round waits for it (the
+  // hand-over, docs/rendezvous.md), so the agent sends it as soon as its workers are gone.
+  virtual void reportStopped(uint64_t round) = 0;
+  // This node stops (a signal): it leaves without closing the job for the others. It is out of
+  // the next round at once; reportStopped follows once its workers are gone.
   virtual void leave() = 0;
   // Whether `round` was fenced on this node (its workers are killed because the rendezvous went
   // silent), so that their deaths are not failures of the job. Any thread.

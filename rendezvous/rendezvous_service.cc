@@ -343,6 +343,7 @@ class RendezvousService::Impl {
     node.masterPort = join.master_port();
     node.nodeRank = join.node_rank();
     node.lastRound = join.last_round();
+    node.reportsStopped = join.reports_stopped();
     auto notices = job.state->join(node, now);
     // A join's own rejection goes to this stream: the node id may belong to another live session.
     for (auto n = notices.begin(); n != notices.end();) {
@@ -389,10 +390,30 @@ class RendezvousService::Impl {
       case pb::AgentMessage::kSucceeded:
         notices = job.state->succeeded(s->nodeId, msg.succeeded().round(), now);
         break;
+      case pb::AgentMessage::kWorkersStopped:
+        notices = job.state->stopped(s->nodeId, msg.workers_stopped().round(), now);
+        if (!job.state->hasNode(s->nodeId)) {
+          // It had left and waited only for this (below): its session is over.
+          dispatch(job, notices, fx);
+          endLocked(s, "left, its workers stopped", fx);
+          post(s, pb::ServerMessage(), true, fx);  // an empty message closes the stream for the agent
+          return false;
+        }
+        break;
       case pb::AgentMessage::kLeave:
-        endLocked(s, "left: " + printable(msg.leave().reason(), kMaxReasonBytes), fx);
+      {
+        const std::string reason = "left: " + printable(msg.leave().reason(), kMaxReasonBytes);
+        notices = job.state->leave(s->nodeId, reason, now, true);
+        if (job.state->hasNode(s->nodeId)) {
+          // Out of the next round, which waits for its WorkersStopped: the session stays till then.
+          spdlog::info("job '{}': node {} {}; waiting for its workers to stop", s->runId, s->nodeId, reason);
+          break;
+        }
+        dispatch(job, notices, fx);
+        endLocked(s, reason, fx);
         post(s, pb::ServerMessage(), true, fx);  // an empty message closes the stream for the agent
         return false;
+      }
       case pb::AgentMessage::kJoin:
         post(s, rejection(pb::Rejected::MALFORMED, "Join sent twice on one session"), true, fx);
         endLocked(s, "protocol error", fx);

@@ -48,7 +48,9 @@ RendezvousState::Snapshot RendezvousState::snapshot(Micros now) const {
   s.runId = runId_;
   s.rules = rules_;
   s.phase = phase_;
-  for (const auto& [id, node] : nodes_) s.nodes.push_back({node.info, node.joinSeq, node.groupRank});
+  for (const auto& [id, node] : nodes_) {
+    s.nodes.push_back({node.info, node.joinSeq, node.groupRank, node.stoppingRound, node.leaving});
+  }
   s.members = members_;
   s.succeededMembers.assign(succeededMembers_.begin(), succeededMembers_.end());
   s.round = round_;
@@ -69,6 +71,9 @@ RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
     node.lastSeen = now;
     node.joinSeq = n.joinSeq;
     node.groupRank = n.groupRank;
+    node.stoppingRound = n.stoppingRound;
+    node.stoppingSince = now;
+    node.leaving = n.leaving;
   }
   state.members_ = s.members;
   state.succeededMembers_ = std::set<std::string>(s.succeededMembers.begin(), s.succeededMembers.end());
@@ -135,7 +140,7 @@ std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
   if (phase_ == Phase::kGathering) {
     maybeCloseGathering(now, &out);
   } else if (phase_ == Phase::kRunning && static_cast<int>(members_.size()) < rules_.maxNodes) {
-    interruptRound("node " + node.nodeId + " joined", &out);
+    interruptRound("node " + node.nodeId + " joined", now, &out);
     beginGathering(now, true);
     maybeCloseGathering(now, &out);
   }
@@ -185,7 +190,7 @@ std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uin
   ++restartCount_;
   interruptRound("a worker on node " + nodeId + " failed (restart " + std::to_string(restartCount_) + " of " +
                      std::to_string(rules_.maxRestarts) + ")",
-                 &out);
+                 now, &out);
   beginGathering(now, true);
   maybeCloseGathering(now, &out);
   return out;
@@ -212,8 +217,37 @@ void RendezvousState::checkBarrier(std::vector<Notice>* out) {
   closeJob(true, "every node's workers succeeded", out);
 }
 
-std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std::string& reason, Micros now) {
+std::vector<Notice> RendezvousState::stopped(const std::string& nodeId, uint64_t round, Micros now) {
   std::vector<Notice> out;
+  auto it = nodes_.find(nodeId);
+  // A late or repeated report (the node was dropped meanwhile, or answers an older interruption)
+  // changes nothing.
+  if (it == nodes_.end() || it->second.stoppingRound == 0 || round < it->second.stoppingRound) return out;
+  it->second.stoppingRound = 0;
+  it->second.lastSeen = now;
+  if (it->second.leaving) nodes_.erase(it);
+  if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
+  return out;
+}
+
+std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std::string& reason, Micros now,
+                                           bool saidSo) {
+  std::vector<Notice> out;
+  auto it = nodes_.find(nodeId);
+  if (saidSo && it != nodes_.end() && it->second.info.reportsStopped && !it->second.leaving && phase_ != Phase::kClosed) {
+    Node& node = it->second;
+    const bool runsWorkers = phase_ == Phase::kRunning && node.groupRank >= 0 && !succeededMembers_.count(nodeId);
+    if (runsWorkers || node.stoppingRound != 0) {
+      // Out of the next round at once; in the job until its workers are gone (stopped()).
+      node.leaving = true;
+      if (runsWorkers) {
+        interruptRound("node " + nodeId + " left: " + reason, now, &out);
+        beginGathering(now, true);
+      }
+      if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
+      return out;
+    }
+  }
   removeNodes({nodeId}, reason, now, &out);
   return out;
 }
@@ -231,7 +265,7 @@ void RendezvousState::removeNodes(const std::vector<std::string>& nodeIds, const
   if (phase_ == Phase::kClosed) return;
   if (phase_ == Phase::kRunning && !lostMembers.empty()) {
     std::string who = lostMembers.size() == 1 ? "node " + lostMembers[0] : std::to_string(lostMembers.size()) + " nodes";
-    interruptRound(who + " left: " + reason, out);
+    interruptRound(who + " left: " + reason, now, out);
     beginGathering(now, true);
   }
   if (phase_ == Phase::kGathering) maybeCloseGathering(now, out);
@@ -240,23 +274,30 @@ void RendezvousState::removeNodes(const std::vector<std::string>& nodeIds, const
 std::vector<Notice> RendezvousState::tick(Micros now) {
   std::vector<Notice> out;
   if (phase_ == Phase::kClosed) return out;
-  std::vector<std::string> silent;
+  std::vector<std::string> silent, stuck;
   for (const auto& [id, node] : nodes_) {
-    if (now - node.lastSeen > rules_.heartbeatTimeout) silent.push_back(id);
+    if (now - node.lastSeen > rules_.heartbeatTimeout) {
+      silent.push_back(id);
+    } else if (node.stoppingRound != 0 && now - node.stoppingSince > rules_.joinTimeout) {
+      stuck.push_back(id);
+    }
   }
-  if (!silent.empty()) {
-    const std::string why = "no heartbeat for " + seconds(rules_.heartbeatTimeout);
-    // Told first, so that a node that was only slow learns that it is out and joins again as a
-    // newcomer instead of running on in a round that has moved on without it.
-    for (const auto& id : silent) out.push_back(reject(id, RejectCode::kEvicted, "declared dead: " + why, true));
-    removeNodes(silent, why, now, &out);
-  }
+  // Told first, so that a node that was only slow learns that it is out and joins again as a
+  // newcomer instead of running on in a round that has moved on without it.
+  auto evict = [&](const std::vector<std::string>& ids, const std::string& why) {
+    if (ids.empty()) return;
+    for (const auto& id : ids) out.push_back(reject(id, RejectCode::kEvicted, "declared dead: " + why, true));
+    removeNodes(ids, why, now, &out);
+  };
+  evict(silent, "no heartbeat for " + seconds(rules_.heartbeatTimeout));
+  // An agent that heartbeats but never says its workers stopped would hold the job back for good.
+  evict(stuck, "its workers did not stop within the join timeout (" + seconds(rules_.joinTimeout) + ")");
   if (phase_ != Phase::kGathering) return out;
   if (lastCallDeadline_ && now >= *lastCallDeadline_) {
-    closeRound(&out);
-  } else if (static_cast<int>(nodes_.size()) < rules_.minNodes && now >= joinDeadline_) {
+    maybeCloseGathering(now, &out);
+  } else if (presentCount() < rules_.minNodes && now >= joinDeadline_) {
     closeJob(false,
-             "only " + std::to_string(nodes_.size()) + " of at least " + std::to_string(rules_.minNodes) +
+             "only " + std::to_string(presentCount()) + " of at least " + std::to_string(rules_.minNodes) +
                  " nodes joined within the join timeout (" + seconds(rules_.joinTimeout) + ")",
              &out);
   }
@@ -269,30 +310,48 @@ std::optional<Micros> RendezvousState::nextDeadline() const {
   auto consider = [&](Micros t) {
     if (!next || t < *next) next = t;
   };
-  for (const auto& [id, node] : nodes_) consider(node.lastSeen + rules_.heartbeatTimeout + Micros(1));
+  for (const auto& [id, node] : nodes_) {
+    consider(node.lastSeen + rules_.heartbeatTimeout + Micros(1));
+    if (node.stoppingRound != 0) consider(node.stoppingSince + rules_.joinTimeout + Micros(1));
+  }
   if (phase_ == Phase::kGathering) {
-    if (lastCallDeadline_) consider(*lastCallDeadline_);
-    if (static_cast<int>(nodes_.size()) < rules_.minNodes) consider(joinDeadline_);
+    // A passed last call waits for stopped() (or a node's removal), not for the clock.
+    if (lastCallDeadline_ && !anyStopping()) consider(*lastCallDeadline_);
+    if (presentCount() < rules_.minNodes) consider(joinDeadline_);
   }
   return next;
 }
 
+int RendezvousState::presentCount() const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n.second.leaving; }));
+}
+
+bool RendezvousState::anyStopping() const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [](const auto& n) { return n.second.stoppingRound != 0; });
+}
+
 void RendezvousState::maybeCloseGathering(Micros now, std::vector<Notice>* out) {
-  int present = static_cast<int>(nodes_.size());
-  if (present >= rules_.maxNodes || (closeAtOnce_ && present >= rules_.minNodes)) {
-    closeRound(out);
-  } else if (present >= rules_.minNodes) {
-    if (!lastCallDeadline_) lastCallDeadline_ = now + rules_.lastCallTimeout;
-  } else {
+  const int present = presentCount();
+  if (present < rules_.minNodes) {
     lastCallDeadline_.reset();  // fell below min again: wait for joins, bounded by join_timeout
+    return;
   }
+  const bool due = present >= rules_.maxNodes || closeAtOnce_ || (lastCallDeadline_ && now >= *lastCallDeadline_);
+  if (!due) {
+    if (!lastCallDeadline_) lastCallDeadline_ = now + rules_.lastCallTimeout;
+    return;
+  }
+  if (anyStopping()) return;  // the hand-over: stopped() or the node's removal closes it
+  closeRound(out);
 }
 
 void RendezvousState::closeRound(std::vector<Notice>* out) {
   // Candidates: static ranks first, then previous members by their old rank, then newcomers in
   // join order. The first maxNodes of them form the round.
   std::vector<Node*> candidates;
-  for (auto& [id, node] : nodes_) candidates.push_back(&node);
+  for (auto& [id, node] : nodes_) {
+    if (!node.leaving) candidates.push_back(&node);
+  }
   auto key = [](const Node* n) {
     int cls = n->info.nodeRank >= 0 ? 0 : (n->groupRank >= 0 ? 1 : 2);
     int order = cls == 0 ? n->info.nodeRank : (cls == 1 ? n->groupRank : 0);
@@ -346,10 +405,18 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
   }
 }
 
-void RendezvousState::interruptRound(const std::string& reason, std::vector<Notice>* out) {
+void RendezvousState::interruptRound(const std::string& reason, Micros now, std::vector<Notice>* out) {
   if (phase_ != Phase::kRunning) return;
   for (const auto& id : members_) {
-    if (nodes_.count(id)) out->push_back(Notice{id, RoundInterruption{round_, reason}});
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) continue;
+    Node& node = it->second;
+    // A member whose workers all succeeded has none left to stop.
+    if (node.info.reportsStopped && !succeededMembers_.count(id)) {
+      node.stoppingRound = round_;
+      node.stoppingSince = now;
+    }
+    if (!node.leaving) out->push_back(Notice{id, RoundInterruption{round_, reason}});
   }
 }
 

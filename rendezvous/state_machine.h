@@ -15,6 +15,12 @@
 // - Group ranks are deterministic and stable: survivors keep theirs where possible; a static
 //   node_rank is the group rank.
 // - The round number is a fencing token: reports naming an older round are refused.
+// - Hand-over: after an interruption the next round closes only once every member of the old one
+//   reported its workers stopped (or is gone), so that no worker of the new round starts on any
+//   node while one of the old round still runs on another (a worker saving a checkpoint on
+//   SIGTERM, say). A member that leaves by a signal is out of the next round at once but holds it
+//   back the same way until its workers are gone. Nodes whose agents do not send the report (an
+//   older ddprun) are not waited for; a node that never reports is evicted after join_timeout.
 // - The job succeeds when every member of the round reported success (exit barrier), and fails
 //   when the budget is spent or min nodes never gathered.
 #pragma once
@@ -52,6 +58,7 @@ struct NodeInfo {
   int masterPort = 0;     // free port on this node for rank 0's store
   int nodeRank = -1;      // static group rank, -1 when elastic
   uint64_t lastRound = 0; // the round this node last ran in, 0 for a fresh agent
+  bool reportsStopped = false;  // the agent reports its workers stopped after an interruption
 };
 
 struct RoundAssignment {
@@ -105,6 +112,8 @@ class RendezvousState {
     NodeInfo info;
     uint64_t joinSeq = 0;
     int groupRank = -1;
+    uint64_t stoppingRound = 0;
+    bool leaving = false;
   };
   struct Snapshot {
     std::string runId;
@@ -131,8 +140,12 @@ class RendezvousState {
   std::vector<Notice> workerFailed(const std::string& nodeId, uint64_t round, Micros now,
                                    const WorkerFailure& failure = {});
   std::vector<Notice> succeeded(const std::string& nodeId, uint64_t round, Micros now);
-  // The node is gone: it said so, its stream ended, or it was stopped by a signal.
-  std::vector<Notice> leave(const std::string& nodeId, const std::string& reason, Micros now);
+  // No worker of `round` or older runs on the node any more (its answer to an interruption).
+  std::vector<Notice> stopped(const std::string& nodeId, uint64_t round, Micros now);
+  // The node is gone: its stream ended, its lease expired, or (saidSo) its agent said it leaves,
+  // stopped by a signal. A node that said so while its workers still stop stays until it reports
+  // them stopped (hasNode() is then still true), out of every later round.
+  std::vector<Notice> leave(const std::string& nodeId, const std::string& reason, Micros now, bool saidSo = false);
   // Applies every deadline that has passed: last call, join timeout, missed heartbeats.
   std::vector<Notice> tick(Micros now);
   // When tick() has work next, if ever.
@@ -159,12 +172,21 @@ class RendezvousState {
     Micros lastSeen{0};
     uint64_t joinSeq = 0;
     int groupRank = -1;     // in the running round; -1 for standby nodes
+    // The round whose interruption the node has not answered with stopped() yet (0: none), and
+    // since when it is awaited.
+    uint64_t stoppingRound = 0;
+    Micros stoppingSince{0};
+    bool leaving = false;   // said it leaves; waits only for its workers to stop
   };
 
   void beginGathering(Micros now, bool closeAtOnce);
   void maybeCloseGathering(Micros now, std::vector<Notice>* out);
   void closeRound(std::vector<Notice>* out);
-  void interruptRound(const std::string& reason, std::vector<Notice>* out);
+  void interruptRound(const std::string& reason, Micros now, std::vector<Notice>* out);
+  // Nodes that are in the job and not leaving.
+  int presentCount() const;
+  // Whether a node's workers of an interrupted round may still run.
+  bool anyStopping() const;
   void closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out,
                 const std::optional<WorkerFailure>& failure = std::nullopt, const std::string& failedNode = "");
   // Removes nodes that are gone, then interrupts the round once if any of them still had work.

@@ -25,16 +25,31 @@ import multinode_lib as ml  # noqa: E402,F401  (re-exported for the tests)
 BEAT_S = 0.05
 
 LIFE_WORKER = r"""
-import os, sys, time
+import os, signal, sys, time
 d, hold_s = sys.argv[1], float(sys.argv[2])
+# Optional: seconds a SIGTERM is outlived (a worker saving a checkpoint), and "node:round:local
+# rank:after s" to exit 1 after that long (a worker failure).
+term_grace = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+fail = sys.argv[4].split(":") if len(sys.argv) > 4 else None
 e = os.environ
 name = "life_%%s_%%s_%%s_%%d" %% (e["NODE_TAG"], e["DDPRUN_ROUND"], e["LOCAL_RANK"], os.getpid())
 path = os.path.join(d, name)
+term_at = []
+if term_grace > 0:
+    signal.signal(signal.SIGTERM, lambda *_: term_at.append(time.monotonic()))
+fail_at = None
+if fail and fail[:3] == [e["NODE_TAG"], e["DDPRUN_ROUND"], e["LOCAL_RANK"]]:
+    fail_at = time.monotonic() + float(fail[3])
 with open(path, "a", buffering=1) as f:
     f.write("start %%.6f %%s %%s %%s\n" %% (time.monotonic(), e["RANK"], e["GROUP_RANK"], e["WORLD_SIZE"]))
     end = time.monotonic() + hold_s
     while time.monotonic() < end and not os.path.exists(os.path.join(d, "release")):
-        f.write("beat %%.6f\n" %% time.monotonic())
+        now = time.monotonic()
+        f.write("beat %%.6f\n" %% now)
+        if term_at and now >= term_at[0] + term_grace:
+            os._exit(143)
+        if fail_at is not None and now >= fail_at:
+            os._exit(1)
         time.sleep(%(beat)s)
 """ % {"beat": BEAT_S}
 

@@ -48,9 +48,18 @@ class FenceableRendezvous final : public ddprun::Rendezvous {
     inner_.reportWorkerFailure(round, failure);
   }
   void reportSucceeded(uint64_t round) override { inner_.reportSucceeded(round); }
-  void leave() override { inner_.leave(); }
+  void reportStopped(uint64_t round) override {
+    stoppedReports.push_back(round);
+    inner_.reportStopped(round);
+  }
+  void leave() override {
+    ++leaves;
+    inner_.leave();
+  }
   bool fenced(uint64_t round) const override { return round <= fencedThrough; }
   uint64_t fencedThrough = 0;
+  std::vector<uint64_t> stoppedReports;
+  int leaves = 0;
 
  private:
   ddprun::Rendezvous& inner_;
@@ -490,6 +499,65 @@ TEST_CASE("an interrupted round stops the workers and the next round starts them
   CHECK(h.envOf(3, "MASTER_ADDR") == "10.0.0.1");
   CHECK(h.envOf(3, "DDPRUN_ROUND") == "2");
   CHECK_FALSE(h.status().has_value());
+}
+
+TEST_CASE("hand-over: an interruption is answered with reportStopped only once every worker is gone", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.agent->onRoundInterrupted(1, "a node joined");
+  h.pump();
+  CHECK(h.fenceable.stoppedReports.empty());
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.fenceable.stoppedReports.empty());  // one worker still runs
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  CHECK(h.fenceable.stoppedReports == std::vector<uint64_t>{1});
+  CHECK_FALSE(h.status().has_value());
+}
+
+TEST_CASE("hand-over: an interruption while no worker runs is answered at once", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 0});
+  h.start();
+  h.agent->onRoundInterrupted(1, "a peer failed");
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  REQUIRE(h.fenceable.stoppedReports == std::vector<uint64_t>{1});
+  h.agent->onRoundInterrupted(1, "the same interruption again");
+  CHECK(h.fenceable.stoppedReports == std::vector<uint64_t>{1, 1});
+  h.agent->onRoundInterrupted(5, "a round this node was never told of");
+  CHECK(h.fenceable.stoppedReports == std::vector<uint64_t>{1, 1});
+}
+
+TEST_CASE("hand-over: a round interrupted before its workers started never starts them", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 1});
+  h.start();
+  h.agent->onRoundInterrupted(1, "a peer left");
+  ddprun::RoundInfo next;
+  next.round = 2;
+  next.masterAddr = "10.0.0.1";
+  next.masterPort = 29501;
+  h.agent->onRoundReady(next);  // waits for round 1's worker
+  h.agent->onRoundInterrupted(2, "another peer left");
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.supervisor.spawned().size() == 1);
+  CHECK(h.fenceable.stoppedReports == std::vector<uint64_t>{2});  // one answer covers both rounds
+}
+
+TEST_CASE("hand-over: a node stopped by a signal leaves at once and reports its workers stopped before it finishes",
+          "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2});
+  h.start();
+  h.agent->handleSignal(SIGTERM);
+  h.pump();
+  CHECK(h.fenceable.leaves == 1);
+  CHECK(h.fenceable.stoppedReports.empty());
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  CHECK(h.fenceable.stoppedReports == std::vector<uint64_t>{1});
+  CHECK(h.statuses == std::vector<int>{143});
 }
 
 TEST_CASE("an exit of a pid the agent does not know is ignored", "[agent]") {
