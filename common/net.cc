@@ -10,6 +10,8 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -23,32 +25,66 @@ std::string hostName() {
   return name;
 }
 
-int findFreePort(const std::string& host) {
+namespace {
+
+// Binds `port` (0: any) on every address `host` resolves to, in turn, until one binds; returns the
+// bound port, or 0 with `error` set.
+int bindPort(const std::string& host, int port, std::string* error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* results = nullptr;
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), "0", &hints, &results);
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &results);
   if (rc != 0) throw ConnectionError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
-  std::string lastError = "no address";
+  *error = "no address";
   for (addrinfo* ai = results; ai; ai = ai->ai_next) {
     UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
     if (!sock) continue;
     if (::bind(sock.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      lastError = std::strerror(errno);
+      *error = std::strerror(errno);
       continue;
     }
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) continue;
-    int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                           : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    int got = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                          : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     ::freeaddrinfo(results);
-    return port;
+    return got;
   }
   ::freeaddrinfo(results);
-  throw ConnectionError("cannot bind a port on '" + host + "': " + lastError);
+  return 0;
+}
+
+}  // namespace
+
+int ephemeralPortStart() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (in >> low && low > 0 && low <= 65535) return low;
+  return 32768;
+}
+
+int findFreePort(const std::string& host) {
+  constexpr int kLowest = 10000;  // below: well-known and registered services
+  const int start = ephemeralPortStart();
+  return start > kLowest + 1000 ? findFreePort(host, kLowest, start) : findFreePort(host, 0, 0);
+}
+
+int findFreePort(const std::string& host, int low, int high) {
+  std::string error;
+  if (low > 0 && high > low && high <= 65536) {
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(low, high - 1);
+    const int attempts = std::min(64, 2 * (high - low));
+    for (int attempt = 0; attempt < attempts; ++attempt) {
+      if (int port = bindPort(host, pick(rng), &error)) return port;
+    }
+  }
+  if (int port = bindPort(host, 0, &error)) return port;
+  throw ConnectionError("cannot bind a port on '" + host + "': " + error);
 }
 
 std::string joinHostPort(const std::string& host, int port) {

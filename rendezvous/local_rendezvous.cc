@@ -25,7 +25,7 @@ LocalRendezvous::LocalRendezvous(LocalRendezvousOptions options, Post post, Port
       post_(std::move(post)),
       findPort_(std::move(findPort)),
       state_("local", singleNodeRules(options_), now()) {
-  if (!findPort_) findPort_ = findFreePort;
+  if (!findPort_) findPort_ = [](const std::string& host) { return findFreePort(host); };
   if (auto invalid = RendezvousState::validateRules(state_.rules())) throw ConfigError(*invalid);
 }
 

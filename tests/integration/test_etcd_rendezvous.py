@@ -385,6 +385,30 @@ class EtcdJobsTest(EtcdTestBase):
         self.assertEqual({r[5] for r in later}, {"0"}, "a membership change spent a restart: %s" % later)
         self.assertEqual(sorted(r[2] for r in later), ["0", "1", "2"])
 
+    def test_a_scale_up_round_starts_only_after_the_old_workers_are_gone_on_every_node(self):
+        # The hand-over (docs/rendezvous.md) through etcd: a's and b's workers outlive SIGTERM by
+        # 1 s; c, joining, has none to stop, and its first workers must wait for theirs.
+        sys.path.insert(0, os.path.join(HERE, "..", "chaos"))
+        import chaos_lib as cl
+        life = self.write_file("life.py", cl.LIFE_WORKER)
+        conf = "heartbeat_timeout=4,last_call_timeout=0.5"
+        def program(grace):
+            return [sys.executable, life, self.tmp, "60", str(grace)]
+        jobs = [self.agent(t, "2:3", program(1.0), conf=conf) for t in "ab"]
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while {lv["node"] for lv in cl.read_lives(self.tmp)} != {"a", "b"}:
+            self.assertLess(time.monotonic(), deadline, "no round on a and b")
+            time.sleep(0.05)
+        jobs.append(self.agent("c", "2:3", program(0), conf=conf))
+        while not any(lv["node"] == "c" for lv in cl.read_lives(self.tmp)):
+            self.assertLess(time.monotonic(), deadline, "c never ran a worker")
+            time.sleep(0.05)
+        self.release()
+        for r in self.wait_all(jobs):
+            self.assertEqual(r.returncode, 0, r.describe())
+        lives = cl.check_lives(self, self.tmp)
+        self.assertEqual({lv["world"] for lv in lives if lv["node"] == "c"}, {3})
+
     def test_two_jobs_with_different_run_ids_share_one_etcd(self):
         other = EtcdTestBase.agent  # the same agent, another run id
         first = [self.agent(t, "2", self.recorder()) for t in "ab"]
