@@ -103,8 +103,11 @@ def case_argvs(kind, n, args, cluster, port, run_id):
     raise ValueError(kind)
 
 
+ALL_KINDS = ["ddprun etcd", "ddprun daemon", "torchrun c10d", "torchrun etcd (v2)"]
+
+
 def rendezvous_table(args, cluster):
-    kinds = ["ddprun etcd", "ddprun daemon", "torchrun c10d", "torchrun etcd (v2)"]
+    kinds = args.kinds
     rows = {}
     for n in args.sizes:
         for kind in kinds:
@@ -190,8 +193,13 @@ def main():
     ap.add_argument("--heartbeat", type=float, default=5.0)
     ap.add_argument("--output", default=os.path.join(ROOT, "bench", "RESULTS_MULTINODE.md"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--kinds", default=",".join(ALL_KINDS), help="a subset of: " + ", ".join(ALL_KINDS))
+    ap.add_argument("--no-loss", action="store_true", help="skip the node loss measurement")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",")]
+    args.kinds = [k.strip() for k in args.kinds.split(",")]
+    if not set(args.kinds) <= set(ALL_KINDS) or not {"ddprun etcd", "ddprun daemon"} <= set(args.kinds):
+        sys.exit("etcd_rdzv_bench: --kinds must include ddprun etcd and ddprun daemon, from: " + ", ".join(ALL_KINDS))
     args.ddprun = os.path.join(args.build, "bin", "ddprun")
     args.rdzv = os.path.join(args.build, "bin", "ddprun-rdzv")
     reason = etcd_available()
@@ -199,7 +207,7 @@ def main():
         sys.exit("etcd_rdzv_bench: " + reason)
     with EtcdCluster(size=3, enable_v2=True) as cluster:
         kinds, rows = rendezvous_table(args, cluster)
-        losses = [node_loss(args, cluster, args.heartbeat) for _ in range(args.reps)]
+        losses = [] if args.no_loss else [node_loss(args, cluster, args.heartbeat) for _ in range(args.reps)]
     torch_version = subprocess.run([sys.executable if args.torch != "/usr/bin/torchrun" else "/usr/bin/python3",
                                     "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
@@ -221,7 +229,7 @@ def main():
         ratio = "%.2fx" % (e / g) if e and g else "-"
         lines.append("| %d | %s | %s |" % (n, " | ".join(cells), ratio))
     ok = [x for x in losses if x is not None]
-    lines += ["", "Node loss on etcd (3 agents, `--nnodes=2:3`, heartbeat_timeout %g s = the lease TTL): SIGKILL of "
+    lines += [] if args.no_loss else ["", "Node loss on etcd (3 agents, `--nnodes=2:3`, heartbeat_timeout %g s = the lease TTL): SIGKILL of "
               "one agent to both survivors' next-round workers running: %s s (median of %d: %s). Goal: within the "
               "TTL + 1 s = %g s." % (args.heartbeat, fmt(statistics.median(ok)) if ok else "-", len(losses),
                                      ", ".join(fmt(x) for x in losses), args.heartbeat + 1), ""]

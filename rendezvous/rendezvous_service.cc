@@ -459,7 +459,11 @@ class RendezvousService::Impl {
     }
   }
 
-  // Applies deadlines; sleeps until the next one or until an event changes them.
+  // Applies deadlines; sleeps until the next one or until an event changes them. Everything the
+  // loop acts on after its wait is also a reason not to wait (computed under mu_): an event that
+  // came while this thread was in apply(), its notify lost, is seen here. (A closed job whose last
+  // session ended then kept its store keys and pending waits for the idle limit: the teardown
+  // test "the join timeout closes a job below min" caught it in CI.)
   void timerLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
@@ -467,6 +471,7 @@ class RendezvousService::Impl {
       for (auto& [id, job] : jobs_) {
         auto d = job.state->nextDeadline();
         if (job.sessions.empty() && (!d || job.idleSince + idleLimit() < *d)) d = job.idleSince + idleLimit();
+        if (job.state->phase() == RendezvousState::Phase::kClosed && job.sessions.empty()) d = Micros(0);  // gone now
         if (d && (!next || *d < *next)) next = d;
       }
       if (next) {
