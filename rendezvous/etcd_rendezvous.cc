@@ -266,17 +266,40 @@ class EtcdRendezvous::Impl {
 
   // This node's notices, in order, to the agent's event loop.
   void follow() {
+    const std::string prefix = rdzv_ + "notices/" + o_.nodeId + "/";
+    std::string last;  // the key of the last notice delivered (keys grow: seqKey)
     while (!stopping_ && !closed_) {
       std::vector<mvccpb::Event> events;
       try {
         events = notices_->next(SteadyClock::now() + kStep);
+      } catch (const EtcdCompacted& e) {
+        // Notices stay until the job's lease goes: read those after the last one delivered, and
+        // watch on from that read.
+        spdlog::warn("rendezvous (etcd): {}; reading this node's notices again", e.what());
+        try {
+          int64_t revision = 0;
+          for (auto& kv : client_.getPrefix(prefix, &revision)) {
+            if (kv.key <= last) continue;
+            mvccpb::Event ev;
+            ev.set_type(mvccpb::Event::PUT);
+            ev.mutable_kv()->set_key(kv.key);
+            ev.mutable_kv()->set_value(kv.value);
+            events.push_back(std::move(ev));
+          }
+          notices_ = std::make_unique<EtcdWatch>(client_, prefix, etcdPrefixEnd(prefix), revision);
+        } catch (const Error& again) {
+          fail(std::string("lost the rendezvous on etcd: ") + again.what());
+          return;
+        }
       } catch (const Error& e) {
         fail(std::string("lost the rendezvous on etcd: ") + e.what());
         return;
       }
       for (const auto& ev : events) {
         pb::ServerMessage msg;
-        if (ev.type() != mvccpb::Event::PUT || !msg.ParseFromString(ev.kv().value())) continue;
+        if (ev.type() != mvccpb::Event::PUT) continue;
+        last = std::max(last, ev.kv().key());
+        if (!msg.ParseFromString(ev.kv().value())) continue;
         if (!deliver(msg)) return;
       }
     }
@@ -334,7 +357,14 @@ class EtcdRendezvous::Impl {
         t.add_failure()->mutable_request_range()->set_key(key);
         auto resp = client_.txn(t);
         if (resp.succeeded()) {
-          drive();  // until the job ends, this process stops, or it is no longer the driver
+          // Until the job ends, this process stops, or it is no longer the driver.
+          DriveEnd end = DriveEnd::kWatchLost;
+          try {
+            end = drive();
+          } catch (const Error& e) {
+            spdlog::warn("rendezvous (etcd): driving failed: {}", e.what());
+          }
+          if (end == DriveEnd::kWatchLost && !stopping_ && !closed_) releaseDriver();
           continue;
         }
         EtcdWatch watch(client_, key, "", resp.header().revision());
@@ -350,9 +380,32 @@ class EtcdRendezvous::Impl {
     }
   }
 
+  enum class DriveEnd { kOver, kWatchLost };
+
+  // A driver whose watch was lost (a compacted revision, or no member for the retry timeout)
+  // hands over: it deletes its driver key, so that the next driver (maybe this node again, on
+  // its next try) starts from etcd as a takeover does. The key is deleted only while it is
+  // still this node's.
+  void releaseDriver() {
+    const std::string key = rdzv_ + "driver";
+    try {
+      etcdserverpb::TxnRequest t;
+      auto* cmp = t.add_compare();
+      cmp->set_key(key);
+      cmp->set_target(etcdserverpb::Compare::VALUE);
+      cmp->set_result(etcdserverpb::Compare::EQUAL);
+      cmp->set_value(o_.nodeId);
+      t.add_success()->mutable_request_delete_range()->set_key(key);
+      client_.txn(t);
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): cannot hand over driving: {}", e.what());
+      waitStopping(kStep);
+    }
+  }
+
   // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
   // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
-  void drive() {
+  DriveEnd drive() {
     int64_t revision = 0;
     auto all = client_.getPrefix(rdzv_, &revision);
     const std::string nodes = rdzv_ + "nodes/";
@@ -384,7 +437,7 @@ class EtcdRendezvous::Impl {
       }
       if (state.phase() == RendezvousState::Phase::kClosed) {
         write(state, out, applied);
-        return;
+        return DriveEnd::kOver;
       }
     } else {
       spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
@@ -396,11 +449,11 @@ class EtcdRendezvous::Impl {
       for (const auto& id : live) append(out, state.heartbeat(id, now));  // liveness is etcd's lease
       append(out, state.tick(now));
       if (!out.empty() || !applied.empty()) {
-        if (!write(state, out, applied)) return;
+        if (!write(state, out, applied)) return DriveEnd::kOver;  // deposed
         out.clear();
         applied.clear();
       }
-      if (state.phase() == RendezvousState::Phase::kClosed) return;
+      if (state.phase() == RendezvousState::Phase::kClosed) return DriveEnd::kOver;
       auto wait = std::max(heartbeat_ / 8, std::chrono::milliseconds(10));
       auto deadline = SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep);
       if (auto next = state.nextDeadline()) {
@@ -411,13 +464,14 @@ class EtcdRendezvous::Impl {
         events = watch.next(deadline);
       } catch (const Error& e) {
         spdlog::warn("rendezvous (etcd): driver lost its watch: {}", e.what());
-        return;
+        return DriveEnd::kWatchLost;
       }
       for (const auto& ev : events) {
         const std::string value = ev.kv().value();
         apply(state, live, ev.kv().key(), ev.type() == mvccpb::Event::PUT ? &value : nullptr, out, applied);
       }
     }
+    return DriveEnd::kOver;  // this process stops
   }
 
   static void append(std::vector<Notice>& out, std::vector<Notice> more) {

@@ -195,8 +195,24 @@ class EtcdCluster:
         self.stopped.discard(i)
 
     def stop(self, i):
-        os.kill(self.procs[i].pid, signal.SIGSTOP)
+        """SIGSTOP, then waits (bounded) until every thread of the member is stopped: kill() only
+        queues the stop, and a thread running on another CPU may still answer a request sent
+        right after it."""
+        pid = self.procs[i].pid
+        os.kill(pid, signal.SIGSTOP)
         self.stopped.add(i)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            states = []
+            for task in os.listdir("/proc/%d/task" % pid) if os.path.isdir("/proc/%d/task" % pid) else []:
+                try:
+                    with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except (OSError, IndexError):
+                    pass
+            if all(s in ("T", "t") for s in states):
+                return
+            time.sleep(0.005)
 
     def cont(self, i):
         os.kill(self.procs[i].pid, signal.SIGCONT)
@@ -254,6 +270,21 @@ class EtcdCluster:
             except OSError:
                 continue
         raise RuntimeError("no etcd member answered a range request")
+
+    def compact(self):
+        """Writes one key (/etcd-cluster-compaction) and compacts the key space up to that write
+        through a live member: a watch that must resume from an earlier revision is told it was
+        compacted. Returns the revision."""
+        import base64
+        body = {"key": base64.b64encode(b"/etcd-cluster-compaction").decode(), "value": base64.b64encode(b"x").decode()}
+        for i in self.alive():
+            try:
+                rev = int(_post_json(self.endpoints[i], "/v3/kv/put", body, timeout=5.0, certs=self.certs)["header"]["revision"])
+                _post_json(self.endpoints[i], "/v3/kv/compaction", {"revision": rev}, timeout=5.0, certs=self.certs)
+                return rev
+            except OSError:
+                continue
+        raise RuntimeError("no etcd member answered a compaction")
 
     def log_tail(self, i, n=2000):
         try:

@@ -1,6 +1,7 @@
 #include "worker_sdk/etcd_store.h"
 
 #include <charconv>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -221,7 +222,8 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   }
   if (missing.empty()) return;
   // The whole round's prefix: its keys, and the round marker whose deletion ends the wait.
-  ddprun::EtcdWatch watch(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix), revision);
+  auto watch = std::make_unique<ddprun::EtcdWatch>(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix),
+                                                   revision);
   while (!missing.empty()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string names;
@@ -229,7 +231,23 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
       throw ddprun::TimeoutError("store: timed out after " + std::to_string(timeout.count()) +
                                  " ms waiting for keys: " + names);
     }
-    for (const auto& ev : watch.next(deadline)) {
+    std::vector<mvccpb::Event> events;
+    try {
+      events = watch->next(deadline);
+    } catch (const ddprun::EtcdCompacted&) {
+      // What happened meanwhile is lost to the watch: read again (the marker too) and go on from there.
+      std::vector<std::string> names;
+      for (const auto& m : missing) names.push_back(m.substr(dataPrefix_.size()));
+      std::vector<bool> now;
+      revision = readAll(names, &now, nullptr);
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (now[i]) missing.erase(dataKey(names[i]));
+      }
+      watch = std::make_unique<ddprun::EtcdWatch>(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix),
+                                                  revision);
+      continue;
+    }
+    for (const auto& ev : events) {
       if (ev.type() == mvccpb::Event::PUT) missing.erase(ev.kv().key());
       if (options_.fenceByRound && ev.type() == mvccpb::Event::DELETE && ev.kv().key() == marker_) throwStale();
     }

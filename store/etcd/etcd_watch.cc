@@ -119,8 +119,9 @@ bool EtcdWatch::streamOnce(std::size_t endpoint) {
       if (resp.created()) created = true;
       std::lock_guard<std::mutex> lock(mutex_);
       if (resp.compact_revision() > 0) {
-        error_ = std::make_exception_ptr(StateError("etcd watch on '" + key_ + "': revision " +
-                                                    std::to_string(nextRevision_) + " was compacted"));
+        error_ = std::make_exception_ptr(EtcdCompacted("etcd watch on '" + key_ + "': revision " +
+                                                       std::to_string(nextRevision_) + " was compacted (now " +
+                                                       std::to_string(resp.compact_revision()) + ")"));
         cv_.notify_all();
         break;
       }

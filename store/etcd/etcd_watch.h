@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "etcd/kv.pb.h"
 
 namespace grpc {
@@ -23,6 +24,14 @@ class ClientContext;
 namespace ddprun {
 
 class EtcdClient;
+
+// The revision a watch was to start or resume from was compacted away (a cluster that compacts,
+// as Kubernetes' does every 5 minutes, while the watch moved to another member): what changed in
+// between is lost to it. Its users read the range again and watch from that read.
+class EtcdCompacted : public StateError {
+ public:
+  using StateError::StateError;
+};
 
 class EtcdWatch {
  public:
@@ -36,7 +45,7 @@ class EtcdWatch {
 
   // The events that arrived, waiting for at least one until deadline (empty at the deadline).
   // ConnectionError when no member could carry the watch for the client's retryTimeout;
-  // StateError when the revision was compacted away.
+  // EtcdCompacted when the revision was compacted away.
   std::vector<mvccpb::Event> next(std::chrono::steady_clock::time_point deadline);
 
  private:

@@ -171,6 +171,23 @@ TEST_CASE("etcd client: a lease keepalive moves to another member after the lead
   CHECK(client.currentEndpoint() != leader);
 }
 
+TEST_CASE("etcd client: a watch from a compacted revision fails with EtcdCompacted, naming the revision", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  if (access("/usr/bin/etcdctl", X_OK) != 0) DDPRUN_SKIP("needs etcdctl (apt-get install etcd-client)");
+  EtcdTestCluster cluster;
+  EtcdClient client(optionsFor(cluster));
+  int64_t first = client.put("/c/key", "1");
+  int64_t last = client.put("/c/key", "2");
+  cluster.compact(last);
+  EtcdWatch watch(client, "/c/key", "", first - 1);
+  try {
+    watch.next(std::chrono::steady_clock::now() + kSafetyBound);
+    FAIL("no error from a watch on a compacted revision");
+  } catch (const ddprun::EtcdCompacted& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("revision " + std::to_string(first) + " was compacted"));
+  }
+}
+
 TEST_CASE("etcd client: a watch on a member that freezes resumes on another one", "[etcd]") {
   // A frozen member keeps the stream open and sends nothing: only the channel's keepalive
   // (ping every 5 s, etcd's minimum, dropped after 3 s more) ends it; the watch then resumes

@@ -6,8 +6,11 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "etcd_test_cluster.h"
+#include "store/etcd/etcd_client.h"
 #include "safety_bound.h"
 #include "test_skip.h"
 #include "worker_sdk/env.h"
@@ -137,6 +140,33 @@ TEST_CASE("etcd store: a wait survives the loss of the etcd leader it waits on",
   setter.set("k2", "after");   // only a watch resumed on another member sees this one
   done.get();
   CHECK(released);
+}
+
+TEST_CASE("etcd store: a wait goes on when its watch resumes past a compaction", "[etcd][store]") {
+  // The waiter's member freezes; meanwhile the key is set and the cluster compacted, so the watch
+  // cannot resume where it was on another member (etcd says "compacted"). The wait reads again
+  // and is released; it failed with "revision N was compacted" before.
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  if (access("/usr/bin/etcdctl", X_OK) != 0) DDPRUN_SKIP("needs etcdctl (apt-get install etcd-client)");
+  EtcdTestCluster cluster;
+  std::size_t leader = cluster.leader();
+  std::size_t frozen = (leader + 1) % 3;
+  ddp::EtcdStore waiter(storeOptions(cluster, static_cast<int>(frozen)));
+  auto done = std::async(std::launch::async, [&] { waiter.wait({"k1"}); });
+  // The wait reads, then watches: give it time to be watching on the member about to freeze.
+  CHECK(done.wait_for(std::chrono::milliseconds(500)) == std::future_status::timeout);
+  cluster.stop(frozen);
+  ddp::EtcdStore setter(storeOptions(cluster, static_cast<int>(leader)));
+  setter.set("other", "x");
+  setter.set("k1", "v");
+  ddprun::EtcdClientOptions o;
+  o.endpoints = cluster.endpoints();
+  o.firstEndpoint = static_cast<int>(leader);
+  ddprun::EtcdClient writer(o);
+  cluster.compact(writer.put("/elsewhere", "advance"));
+  done.get();  // throws what the wait threw
+  cluster.cont(frozen);
+  CHECK(waiter.get("k1") == "v");
 }
 
 TEST_CASE("etcd store: makeStore picks the etcd store from DDPRUN_STORE_ADDR=etcd://", "[etcd][store]") {

@@ -5,6 +5,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -101,14 +104,43 @@ void EtcdTestCluster::enableAuth(const std::string& user, const std::string& pas
   }
 }
 
+void EtcdTestCluster::compact(int64_t revision) {
+  std::string up;
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    if (!down_[i]) up += (up.empty() ? "" : ",") + endpoints_[i];
+  }
+  std::string cmd = "ETCDCTL_API=3 timeout 20 /usr/bin/etcdctl --endpoints=" + up + " compact " +
+                    std::to_string(revision) + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+}
+
 void EtcdTestCluster::kill(std::size_t member) {
   ::kill(pids_.at(member), SIGKILL);
   down_[member] = true;
 }
 
 void EtcdTestCluster::stop(std::size_t member) {
-  ::kill(pids_.at(member), SIGSTOP);
+  const pid_t pid = pids_.at(member);
+  ::kill(pid, SIGSTOP);
   down_[member] = true;
+  // kill() only queues the stop: a thread running on another CPU may still answer a request
+  // sent right after (seen under load: a "frozen" leader served a put). Wait until every thread
+  // is stopped (state T), bounded.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      auto close = text.rfind(')');
+      if (close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'T' && text[close + 2] != 't') {
+        all = false;
+      }
+    }
+    if (all) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 void EtcdTestCluster::cont(std::size_t member) {

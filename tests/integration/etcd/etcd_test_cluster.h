@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ class EtcdTestCluster {
   void cont(std::size_t member);  // SIGCONT
   // Adds etcd user `user` (with the root role) and turns authentication on (etcdctl).
   void enableAuth(const std::string& user, const std::string& password);
+  // Compacts the key space up to `revision` through the members that are up (etcdctl).
+  void compact(int64_t revision);
 
  private:
   FILE* pipe_ = nullptr;
