@@ -29,6 +29,16 @@ RendezvousState twoNodesRunning(int maxRestarts = 1) {
   return s;
 }
 
+// a, b and the newcomer c in round 2 (a and b answered the scale-up's interruption at 3 s).
+RendezvousState threeNodesInRoundTwo() {
+  RendezvousState s = twoNodesRunning();
+  joinReporting(s, "c", sec(3));
+  s.stopped("a", 1, sec(3));
+  s.stopped("b", 1, sec(3));
+  REQUIRE(s.round() == 2);
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("hand-over: a newcomer's round waits until every member reported its workers stopped", "[rendezvous]") {
@@ -73,11 +83,7 @@ TEST_CASE("hand-over: a report for an older round does not answer a newer interr
 
 TEST_CASE("hand-over: a member that leaves by a signal is out of the next round but holds it until its workers stop",
           "[rendezvous]") {
-  RendezvousState s = twoNodesRunning();
-  joinReporting(s, "c", sec(3));
-  s.stopped("a", 1, sec(3));
-  s.stopped("b", 1, sec(3));
-  REQUIRE(s.round() == 2);
+  RendezvousState s = threeNodesInRoundTwo();
   CHECK(render(s.leave("c", "agent stopped by a signal", sec(4), true)) ==
         Lines{interrupted("a", 2), interrupted("b", 2)});
   CHECK(s.hasNode("c"));
@@ -92,10 +98,7 @@ TEST_CASE("hand-over: a member that leaves by a signal is out of the next round 
   CHECK_FALSE(s.hasNode("c"));
 
   SECTION("a heartbeat of the leaving node keeps it, its stream's end removes it") {
-    RendezvousState t = twoNodesRunning();
-    joinReporting(t, "c", sec(3));
-    t.stopped("a", 1, sec(3));
-    t.stopped("b", 1, sec(3));
+    RendezvousState t = threeNodesInRoundTwo();
     t.leave("c", "agent stopped by a signal", sec(4), true);
     t.stopped("a", 2, sec(4));
     t.stopped("b", 2, sec(4));
@@ -141,10 +144,7 @@ TEST_CASE("hand-over: members whose agents do not report (older agents) and memb
 }
 
 TEST_CASE("hand-over: a stopping node and a leaving one survive a snapshot", "[rendezvous]") {
-  RendezvousState s = twoNodesRunning();
-  joinReporting(s, "c", sec(3));
-  s.stopped("a", 1, sec(3));
-  s.stopped("b", 1, sec(3));
+  RendezvousState s = threeNodesInRoundTwo();
   s.leave("c", "agent stopped by a signal", sec(4), true);
   s.stopped("a", 2, sec(4));
   RendezvousState t = RendezvousState::restore(s.snapshot(sec(4)), sec(100));
