@@ -97,6 +97,8 @@ class GrpcRendezvous::Impl {
   }
 
   void reportStopped(uint64_t round) {
+    // An older server does not wait for it, and would end the session on a message it does not know.
+    if (!awaitsStopped_.load()) return;
     pb::AgentMessage msg;
     msg.mutable_workers_stopped()->set_round(round);
     write(msg);
@@ -260,6 +262,7 @@ class GrpcRendezvous::Impl {
         // The server read this session's Join before it assigned the round.
         updateContact(joinSent_);
         fencingOn_ = a.acks_heartbeats();
+        awaitsStopped_ = a.awaits_stopped();
         round_ = info.round;
         rejoinedRound_ = true;
         post_([listener = listener_, info] { listener->onRoundReady(info); });
@@ -426,6 +429,7 @@ class GrpcRendezvous::Impl {
   // Fencing state: written by the reader and heartbeat threads, read by the agent's loop too.
   std::atomic<int64_t> contactNs_{0};       // steady-clock send time of the last answered message
   std::atomic<bool> fencingOn_{false};      // the server answers heartbeats
+  std::atomic<bool> awaitsStopped_{false};  // the server waits for WorkersStopped (the hand-over)
   std::atomic<uint64_t> fencedThrough_{0};  // every round up to this one is fenced here
   std::atomic<uint64_t> succeededRound_{0};
   std::atomic<bool> fenceCancelled_{false};  // the session was cancelled by a fence

@@ -41,6 +41,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
     out->set_master_port(a->masterPort);
     out->set_store_prefix(storePrefix(runId, a->round));
     out->set_acks_heartbeats(acksHeartbeats);
+    out->set_awaits_stopped(true);  // both backends apply RendezvousState::stopped
   } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
     msg.mutable_round_interrupted()->set_round(i->round);
     msg.mutable_round_interrupted()->set_reason(i->reason);
