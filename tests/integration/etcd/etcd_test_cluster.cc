@@ -114,9 +114,30 @@ void EtcdTestCluster::compact(int64_t revision) {
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
 }
 
+namespace {
+
+// The state letter of a process or thread from its /proc stat file ('?' when it is gone).
+char procState(const std::string& statPath) {
+  std::ifstream stat(statPath);
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
+}
+
+}  // namespace
+
 void EtcdTestCluster::kill(std::size_t member) {
-  ::kill(pids_.at(member), SIGKILL);
+  const pid_t pid = pids_.at(member);
+  ::kill(pid, SIGKILL);
   down_[member] = true;
+  // As with stop(): the kill is only queued; a test that calls the member right after must find
+  // it dead (a zombie until the fixture reaps it, or gone), not answering one last call.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    char state = procState("/proc/" + std::to_string(pid) + "/stat");
+    if (state == 'Z' || state == 'X' || state == '?') return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 void EtcdTestCluster::stop(std::size_t member) {
@@ -131,12 +152,8 @@ void EtcdTestCluster::stop(std::size_t member) {
     bool all = true;
     std::error_code ec;
     for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-      std::ifstream stat(task.path() / "stat");
-      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-      auto close = text.rfind(')');
-      if (close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'T' && text[close + 2] != 't') {
-        all = false;
-      }
+      char state = procState(task.path() / "stat");
+      if (state != 'T' && state != 't' && state != '?') all = false;
     }
     if (all) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
