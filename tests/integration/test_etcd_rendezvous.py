@@ -355,7 +355,11 @@ class EtcdJobsTest(EtcdTestBase):
         self.release()
         for r in self.wait_all(jobs):
             self.assertEqual(r.returncode, 0, r.describe())
-        self.assertEqual(sorted(set(self.starts())), [("a", "0"), ("a", "1"), ("b", "0"), ("b", "1")])
+        # b's first worker may be stopped before it writes its line (a's fails at once), so b's
+        # attempt 0 is optional; the rest is exact: one restart for the job, on both nodes.
+        starts = set(self.starts())
+        self.assertTrue({("a", "0"), ("a", "1"), ("b", "1")} <= starts <= {("a", "0"), ("a", "1"), ("b", "0"), ("b", "1")},
+                        "attempts: %s" % sorted(starts))
 
     def test_a_spent_budget_ends_the_job_on_every_node_with_the_failure(self):
         # Node a fails in every attempt: after the one restart of the job (not one per node) every
