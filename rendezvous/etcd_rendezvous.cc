@@ -207,10 +207,22 @@ class EtcdRendezvous::Impl {
           lost = "this node's etcd lease expired: the job may have gone on without it";
         } else {
           renewed(sent);
-          client_.keepAliveOnce(jobLease_);
         }
       } catch (const Error& e) {
         spdlog::warn("rendezvous (etcd): lease renewal failed: {}", e.what());
+      }
+      // The job's lease is renewed whatever became of the node's: it holds the job's state and
+      // notices. Gone, they are gone with it (every agent was cut off from etcd for its TTL), and
+      // the job cannot go on: this node ends (exit 200) instead of waiting for notices that no
+      // driver can write any more.
+      try {
+        if (client_.keepAliveOnce(jobLease_) == 0) {
+          fail("the job's etcd lease expired (no agent renewed it for " + std::to_string(2 * ttl().count()) +
+               " s): the job's rendezvous state is gone");
+          return;
+        }
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): job lease renewal failed: {}", e.what());
       }
       if (lost.empty() && lastRenewalDue(SteadyClock::now())) {
         lost = "etcd unreachable for " + std::to_string(timing_.agentFence.count()) + " ms: this node may be declared dead";
@@ -363,6 +375,7 @@ class EtcdRendezvous::Impl {
             end = drive();
           } catch (const Error& e) {
             spdlog::warn("rendezvous (etcd): driving failed: {}", e.what());
+            waitStopping(kStep);
           }
           if (end == DriveEnd::kWatchLost && !stopping_ && !closed_) releaseDriver();
           continue;
@@ -530,7 +543,7 @@ class EtcdRendezvous::Impl {
   }
 
   // Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
-  // node is the driver. False when it no longer is.
+  // node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
   bool write(const RendezvousState& state, const std::vector<Notice>& notices, const std::vector<std::string>& applied) {
     etcdserverpb::TxnRequest t;
     auto* cmp = t.add_compare();
@@ -573,11 +586,9 @@ class EtcdRendezvous::Impl {
       del->set_key(jobPrefix_ + "round/" + std::to_string(latestRound - 1) + "/");
       del->set_range_end(etcdPrefixEnd(del->key()));
     }
-    try {
-      if (client_.txn(t).succeeded()) return true;
-    } catch (const Error& e) {
-      spdlog::warn("rendezvous (etcd): driver write failed: {}", e.what());
-    }
+    // An error (etcd unreachable, a lease gone) is thrown: elect() hands the driver key over and
+    // the next driver starts from etcd. Only a failed compare means another node drives now.
+    if (client_.txn(t).succeeded()) return true;
     spdlog::warn("rendezvous (etcd): this node no longer drives the rendezvous");
     return false;
   }

@@ -286,6 +286,16 @@ class EtcdCluster:
                 continue
         raise RuntimeError("no etcd member answered a compaction")
 
+    def revoke_lease(self, lease_id):
+        """Revokes a lease (and with it every key on it) through a live member."""
+        for i in self.alive():
+            try:
+                _post_json(self.endpoints[i], "/v3/lease/revoke", {"ID": int(lease_id)}, timeout=5.0, certs=self.certs)
+                return
+            except OSError:
+                continue
+        raise RuntimeError("no etcd member answered a lease revocation")
+
     def log_tail(self, i, n=2000):
         try:
             with open(os.path.join(self.dir, f"m{i}.log"), "rb") as f:
