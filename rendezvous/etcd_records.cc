@@ -1,5 +1,6 @@
 #include "rendezvous/etcd_records.h"
 
+#include "rendezvous/notice_proto.h"
 #include "rendezvous/worker_failure_message.h"
 
 namespace ddprun::etcd_records {
@@ -12,31 +13,10 @@ int64_t us(Micros t) { return t.count(); }
 
 }  // namespace
 
-void toProto(const RendezvousRules& rules, pb::JobRules* r) {
-  r->set_min_nodes(rules.minNodes);
-  r->set_max_nodes(rules.maxNodes);
-  r->set_max_restarts(rules.maxRestarts);
-  r->set_join_timeout_ms(static_cast<uint32_t>(us(rules.joinTimeout) / 1000));
-  r->set_last_call_timeout_ms(static_cast<uint32_t>(us(rules.lastCallTimeout) / 1000));
-  r->set_heartbeat_timeout_ms(static_cast<uint32_t>(us(rules.heartbeatTimeout) / 1000));
-}
-
-RendezvousRules fromProto(const pb::JobRules& r) {
-  RendezvousRules rules;
-  rules.minNodes = r.min_nodes();
-  rules.maxNodes = r.max_nodes();
-  rules.maxRestarts = r.max_restarts();
-  rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
-  rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
-  rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
-  return rules;
-}
-
-
 pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
   pb::RendezvousSnapshot m;
   m.set_run_id(s.runId);
-  toProto(s.rules, m.mutable_rules());
+  ddprun::toProto(s.rules, m.mutable_rules());
   m.set_phase(static_cast<pb::RendezvousSnapshot::Phase>(s.phase));
   for (const auto& n : s.nodes) {
     auto* out = m.add_nodes();
@@ -68,7 +48,7 @@ pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noti
 RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
   RendezvousState::Snapshot s;
   s.runId = m.run_id();
-  s.rules = fromProto(m.rules());
+  s.rules = ddprun::fromProto(m.rules());
   s.phase = static_cast<RendezvousState::Phase>(m.phase());
   for (const auto& n : m.nodes()) {
     RendezvousState::SnapshotNode node;

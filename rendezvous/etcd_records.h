@@ -12,11 +12,8 @@
 
 namespace ddprun::etcd_records {
 
-// The notices themselves are ddprun.v1.ServerMessage, converted by rendezvous/notice_proto.h as
-// the gRPC server's are.
-
-void toProto(const RendezvousRules& rules, v1::JobRules* message);
-RendezvousRules fromProto(const v1::JobRules& message);
+// The notices themselves are ddprun.v1.ServerMessage, and the rules JobRules, converted by
+// rendezvous/notice_proto.h as the gRPC server's are.
 
 v1::RendezvousSnapshot toProto(const RendezvousState::Snapshot& snapshot, uint64_t noticeSeq);
 RendezvousState::Snapshot fromProto(const v1::RendezvousSnapshot& message);

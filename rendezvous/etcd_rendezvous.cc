@@ -31,6 +31,21 @@ namespace {
 
 Micros monotonicNow() { return std::chrono::duration_cast<Micros>(SteadyClock::now().time_since_epoch()); }
 
+// A transaction that puts `key` (on `lease`) only if it does not exist.
+etcdserverpb::TxnRequest putIfAbsent(const std::string& key, const std::string& value, int64_t lease) {
+  etcdserverpb::TxnRequest t;
+  auto* cmp = t.add_compare();
+  cmp->set_key(key);
+  cmp->set_target(etcdserverpb::Compare::CREATE);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_create_revision(0);
+  auto* put = t.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  put->set_lease(lease);
+  return t;
+}
+
 std::string seqKey(uint64_t seq) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
@@ -167,17 +182,7 @@ class EtcdRendezvous::Impl {
         continue;
       }
       int64_t lease = client_.grantLease(ttl);
-      etcdserverpb::TxnRequest t;
-      auto* cmp = t.add_compare();
-      cmp->set_key(key);
-      cmp->set_target(etcdserverpb::Compare::CREATE);
-      cmp->set_result(etcdserverpb::Compare::EQUAL);
-      cmp->set_create_revision(0);
-      auto* put = t.add_success()->mutable_request_put();
-      put->set_key(key);
-      put->set_value(std::to_string(lease));
-      put->set_lease(lease);
-      if (client_.txn(t).succeeded()) return lease;
+      if (client_.txn(putIfAbsent(key, std::to_string(lease), lease)).succeeded()) return lease;
       client_.revokeLease(lease);
     }
   }
@@ -356,16 +361,7 @@ class EtcdRendezvous::Impl {
     const std::string key = rdzv_ + "driver";
     while (!stopping_ && !closed_) {
       try {
-        etcdserverpb::TxnRequest t;
-        auto* cmp = t.add_compare();
-        cmp->set_key(key);
-        cmp->set_target(etcdserverpb::Compare::CREATE);
-        cmp->set_result(etcdserverpb::Compare::EQUAL);
-        cmp->set_create_revision(0);
-        auto* put = t.add_success()->mutable_request_put();
-        put->set_key(key);
-        put->set_value(o_.nodeId);
-        put->set_lease(nodeLease_);
+        etcdserverpb::TxnRequest t = putIfAbsent(key, o_.nodeId, nodeLease_);
         t.add_failure()->mutable_request_range()->set_key(key);
         auto resp = client_.txn(t);
         if (resp.succeeded()) {

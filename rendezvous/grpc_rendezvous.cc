@@ -242,14 +242,7 @@ class GrpcRendezvous::Impl {
     j->set_node_rank(options_.nodeRank);
     j->set_last_round(round_);
     j->set_reports_stopped(true);
-    auto* rules = j->mutable_rules();
-    rules->set_min_nodes(options_.rules.minNodes);
-    rules->set_max_nodes(options_.rules.maxNodes);
-    rules->set_max_restarts(options_.rules.maxRestarts);
-    auto ms = [](Micros t) { return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()); };
-    rules->set_join_timeout_ms(ms(options_.rules.joinTimeout));
-    rules->set_last_call_timeout_ms(ms(options_.rules.lastCallTimeout));
-    rules->set_heartbeat_timeout_ms(ms(options_.rules.heartbeatTimeout));
+    toProto(options_.rules, j->mutable_rules());
     return join;
   }
 

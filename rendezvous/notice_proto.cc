@@ -10,6 +10,30 @@ namespace ddprun {
 
 namespace pb = ddprun::v1;
 
+namespace {
+uint32_t millis(Micros t) { return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()); }
+}  // namespace
+
+void toProto(const RendezvousRules& rules, pb::JobRules* r) {
+  r->set_min_nodes(rules.minNodes);
+  r->set_max_nodes(rules.maxNodes);
+  r->set_max_restarts(rules.maxRestarts);
+  r->set_join_timeout_ms(millis(rules.joinTimeout));
+  r->set_last_call_timeout_ms(millis(rules.lastCallTimeout));
+  r->set_heartbeat_timeout_ms(millis(rules.heartbeatTimeout));
+}
+
+RendezvousRules fromProto(const pb::JobRules& r) {
+  RendezvousRules rules;
+  rules.minNodes = r.min_nodes();
+  rules.maxNodes = r.max_nodes();
+  rules.maxRestarts = r.max_restarts();
+  rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
+  rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
+  rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
+  return rules;
+}
+
 pb::Rejected::Code toProto(RejectCode code) {
   switch (code) {
     case RejectCode::kStaleRound: return pb::Rejected::STALE_ROUND;

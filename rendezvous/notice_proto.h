@@ -16,6 +16,10 @@ std::string storePrefix(const std::string& runId, uint64_t round);
 
 v1::Rejected::Code toProto(RejectCode code);
 
+// A job's rules on the wire (JobRules, in milliseconds) and back: the Join of both backends.
+void toProto(const RendezvousRules& rules, v1::JobRules* message);
+RendezvousRules fromProto(const v1::JobRules& message);
+
 // acksHeartbeats: the backend answers heartbeats, so the agent may fence on a silent one
 // (docs/rendezvous.md, "Fencing"); the etcd backend's liveness is the node's lease instead.
 // A rejection's message is cut to 1 KB, saying so.

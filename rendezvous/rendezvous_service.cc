@@ -71,17 +71,6 @@ std::optional<std::string> validateJoin(const pb::Join& join) {
 
 std::string millis(Micros t) { return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms"; }
 
-RendezvousRules toRules(const pb::JobRules& r) {
-  RendezvousRules rules;
-  rules.minNodes = r.min_nodes();
-  rules.maxNodes = r.max_nodes();
-  rules.maxRestarts = r.max_restarts();
-  rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
-  rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
-  rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
-  return rules;
-}
-
 }  // namespace
 
 // One agent's stream. Messages to it may come from any thread; they are queued and written one at
@@ -295,7 +284,7 @@ class RendezvousService::Impl {
       post(s, rejection(pb::Rejected::MALFORMED, "invalid join: " + *problem), true, fx);
       return false;
     }
-    RendezvousRules rules = toRules(join.rules());
+    RendezvousRules rules = fromProto(join.rules());
     if (auto problem = RendezvousState::validateRules(rules)) {
       post(s, rejection(pb::Rejected::MALFORMED, "invalid job rules: " + *problem), true, fx);
       return false;

@@ -36,8 +36,8 @@ TEST_CASE("etcd records: a snapshot through its wire form restores a state that 
 TEST_CASE("etcd records: rules go as milliseconds, notices carry the round's store prefix and reject codes", "[rendezvous]") {
   auto r = rules(1, 4, 3);
   ddprun::v1::JobRules m;
-  rec::toProto(r, &m);
-  CHECK(rec::fromProto(m) == r);
+  ddprun::toProto(r, &m);
+  CHECK(ddprun::fromProto(m) == r);
   RoundAssignment a;
   a.round = 5;
   a.groupRank = 1;
