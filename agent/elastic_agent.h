@@ -13,7 +13,7 @@
 #include "agent/console_writer.h"
 #include "agent/log_options.h"
 #include "agent/process_supervisor.h"
-#include "rendezvous/rendezvous.h"
+#include "rendezvous/client/rendezvous.h"
 
 namespace boost::asio {
 class io_context;

@@ -1,4 +1,4 @@
-// Boost.Process 1.74 only enables its vfork executor for old _XOPEN_SOURCE levels, not for glibc
+// Boost.Process (1.81, as 1.74 before it) only enables its vfork executor for old _XOPEN_SOURCE levels, not for glibc
 // with _GNU_SOURCE, where vfork is available all the same.
 #define BOOST_POSIX_HAS_VFORK 1
 

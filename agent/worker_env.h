@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/environment.h"
-#include "rendezvous/rendezvous.h"
+#include "rendezvous/client/rendezvous.h"
 
 namespace ddprun {
 

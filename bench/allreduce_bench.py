@@ -14,7 +14,7 @@ group and is killed on exit; temp dirs are removed.
 Both workers run under `ddprun --standalone` (file:// store); --launch=grpc runs them instead on
 one node with a gRPC store (--nnodes=1 --rdzv_backend=grpc --rdzv_endpoint=127.0.0.1:PORT).
 
-usage: bench/allreduce_bench.py [--quick] [--build DIR] [--out FILE] [--repeat N] [--budget S]
+usage: bench/allreduce_bench.py [--quick | --smoke] [--build DIR] [--out FILE] [--repeat N] [--budget S]
 """
 import argparse
 import datetime
@@ -29,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import benchlib
+from benchlib import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,14 +138,6 @@ def loopback_ceiling(total=256 << 20, reps=3):
 
 
 # ---------------------------------------------------------------- driver
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 CHILDREN = []
 
 
@@ -191,6 +186,8 @@ def human(b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1K..16M, -n 5 -w 2")
+    ap.add_argument("--smoke", action="store_true",
+                    help="W=2, 1K..64K, -n 2 -w 1, once, the report on stdout: does it still run? (ctest)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build-ar"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS_ALLREDUCE.md"))
     ap.add_argument("--worlds", default="2,4")
@@ -211,29 +208,42 @@ def main():
     if args.torch_worker:
         return torch_worker(args)
 
+    if args.smoke:
+        args.quick, args.worlds, args.repeat, args.out, args.timeout = True, "2", 1, "-", 120
     if args.quick:
         args.e, args.n, args.w = "16M", 5, 2
+    if args.smoke:
+        args.e, args.n, args.w = "64K", 2, 1
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
     ddprun = os.path.join(args.build, "bin", "ddprun")
-    perf = os.path.join(args.build, "bench", "allreduce", "allreduce_perf")
+    # $DDPRUN_ALLREDUCE_PERF: where ctest's build put it (bench/CMakeLists.txt).
+    perf = os.environ.get("DDPRUN_ALLREDUCE_PERF") or os.path.join(args.build, "bench", "allreduce", "allreduce_perf")
     for x in (ddprun, perf):
         if not os.access(x, os.X_OK):
             sys.exit(f"missing {x}: cmake -S . -B build-ar -G Ninja -DCMAKE_BUILD_TYPE=Release "
-                     f"-DDDPRUN_BUILD_BENCH=ON && ninja -C build-ar ddprun allreduce_perf")
+                     f"&& ninja -C build-ar ddprun allreduce_perf")
     sizes = ["-b", args.b, "-e", args.e, "-f", str(args.f), "-n", str(args.n), "-w", str(args.w)]
     worlds = [int(x) for x in args.worlds.split(",")]
+    # The peer: torch.distributed from --python; without torch its side is skipped, libddp's runs.
+    probe = subprocess.run([args.python, "-c", "import torch.distributed"], capture_output=True, text=True)
+    torch_missing = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["?"])[-1]
+    if torch_missing:
+        print(f"torch side skipped: {args.python} cannot import torch.distributed ({torch_missing})", flush=True)
+    failed = []
     tmp = tempfile.mkdtemp(prefix="ar_bench_")
     started = time.time()
     results, logs = {}, []
     try:
         load_before = os.getloadavg()
-        ceiling = loopback_ceiling()
+        ceiling = loopback_ceiling(*((16 << 20, 1) if args.smoke else ()))
         print(f"loopback ceiling: {ceiling:.2f} GB/s", flush=True)
         for w in worlds:
             for rep in range(args.repeat):
                 for name, cmd in (("libddp", [perf] + sizes),
                                   ("torch", [args.python, os.path.abspath(__file__), "--torch-worker"] + sizes)):
+                    if name == "torch" and torch_missing:
+                        continue
                     if time.time() - started > args.budget:
                         print(f"[driver] time budget {args.budget}s spent; skipping W={w} {name} #{rep}")
                         continue
@@ -244,6 +254,7 @@ def main():
                           flush=True)
                     if rc != 0 or not rows:
                         print(out[-3000:], flush=True)
+                        failed.append(f"W={w} {name} #{rep}")
                     best = results.setdefault((w, name), {})
                     for b, r in rows.items():
                         r["wrong"] = max(r["wrong"], best.get(b, r)["wrong"])  # any wrong run counts
@@ -252,7 +263,7 @@ def main():
                         else:
                             best[b]["wrong"] = r["wrong"]
                     logs.append((w, f"{name} #{rep}", rc, out))
-        ceiling_after = loopback_ceiling()
+        ceiling_after = loopback_ceiling(*((16 << 20, 1) if args.smoke else ()))
         load_after = os.getloadavg()
     finally:
         for p in list(CHILDREN):
@@ -262,8 +273,14 @@ def main():
                 pass
         shutil.rmtree(tmp, ignore_errors=True)
 
-    write_results(args, results, logs, ceiling, ceiling_after, load_before, load_after, worlds, started)
-    print(f"wrote {args.out}")
+    write_results(args, results, logs, ceiling, ceiling_after, load_before, load_after, worlds, started,
+                  torch_missing)
+    if args.out != "-":
+        print(f"wrote {args.out}")
+    if failed:
+        print("failed runs: " + ", ".join(failed), flush=True)
+        return 1
+    return 0
 
 
 NOTES = """## Reading the numbers
@@ -289,14 +306,7 @@ NOTES = """## Reading the numbers
 
 
 def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
+    return benchlib.machine()["cpu"]
 
 
 def versions(args):
@@ -322,10 +332,10 @@ def versions(args):
     return v
 
 
-def write_results(args, results, logs, ceiling, ceiling_after, lb, la, worlds, started):
+def write_results(args, results, logs, ceiling, ceiling_after, lb, la, worlds, started, torch_missing=None):
     L = []
     L.append("# All-reduce: libddp (gloo) vs torch.distributed (gloo)\n")
-    L.append(f"Generated by `bench/allreduce_bench.py{' --quick' if args.quick else ''}` on "
+    L.append(f"Generated by `bench/allreduce_bench.py{' --smoke' if args.smoke else ' --quick' if args.quick else ''}` on "
              f"{datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC')} "
              f"({time.time() - started:.0f} s).\n")
     L.append(f"- machine: {os.cpu_count()} CPUs, {cpu_model()}")
@@ -333,11 +343,13 @@ def write_results(args, results, logs, ceiling, ceiling_after, lb, la, worlds, s
              f"after {la[0]:.1f}/{la[1]:.1f}/{la[2]:.1f}")
     for k, v in versions(args).items():
         L.append(f"- {k}: {v}")
+    if torch_missing:
+        L.append(f"- torch side: skipped ({args.python} cannot import torch.distributed: {torch_missing})")
     L.append(f"- launch: ddprun {'--standalone' if args.launch == 'standalone' else '--nnodes=1 --rdzv_backend=grpc'}"
              f" --nproc_per_node=W; {args.repeat} alternating runs of each, per size the best")
     L.append(f"- sizes {args.b}..{args.e} x{args.f:g}, float32 sum, {args.w} warm-up + {args.n} timed "
              f"iterations; time = median of the timed iterations, slowest rank; best (lowest) over the repeats")
-    L.append(f"- loopback ceiling (one TCP stream, 256 MiB, 127.0.0.1, two processes, best of 3): "
+    L.append(f"- loopback ceiling (one TCP stream, {'16 MiB, 127.0.0.1, two processes, once' if args.smoke else '256 MiB, 127.0.0.1, two processes, best of 3'}): "
              f"{ceiling:.2f} GB/s before, {ceiling_after:.2f} GB/s after\n")
     L.append("busbw = algbw * 2(W-1)/W is the data each rank sends and receives per unit time in a ring "
              "all-reduce, the number to compare with the loopback ceiling. ratio = torch time / libddp "
@@ -361,6 +373,9 @@ def write_results(args, results, logs, ceiling, ceiling_after, lb, la, worlds, s
     for w, name, rc, out in logs:
         lines = [l for l in out.splitlines() if "#" in l or re.match(r"^\[[^\]]*\]:\s+\d", l)]
         L.append(f"### W={w} {name} (exit {rc})\n\n```\n" + "\n".join(lines[-40:]) + "\n```\n")
+    if args.out == "-":
+        print("\n".join(L), flush=True)
+        return
     with open(args.out, "w") as f:
         f.write("\n".join(L) + "\n")
 

@@ -11,10 +11,10 @@ ddprun on etcd notices a lost node.
               is SIGKILLed (its watchdog kills its workers): time until the two survivors' workers
               of the next round run. Goal: within the lease TTL (H) plus 1 s.
 
-    bench/etcd_rdzv_bench.py [--sizes 2,4,8] [--reps 3] [--torch /usr/bin/torchrun]
+    bench/etcd_rdzv_bench.py [--sizes 2,4,8] [--reps 3] [--torch /usr/bin/torchrun] [--smoke]
                              [--output bench/RESULTS_MULTINODE.md (appends a section)] [--no-write]
 
-Not a test, never in CI. Every process it starts is in its own session and killed at the end of
+Not a test (ctest runs only its --smoke case). Every process it starts is in its own session and killed at the end of
 its case; the etcd cluster and the temporary folders are removed.
 """
 
@@ -35,6 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import ports  # noqa: E402
 from etcd_cluster import EtcdCluster, etcd_available  # noqa: E402
+
+import benchlib  # noqa: E402
 
 # One file per worker and round. Not "$$": torchrun runs its arguments through string.Template,
 # which turns "$$" into "$" (every worker would write the same file).
@@ -195,21 +197,41 @@ def main():
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--kinds", default=",".join(ALL_KINDS), help="a subset of: " + ", ".join(ALL_KINDS))
     ap.add_argument("--no-loss", action="store_true", help="skip the node loss measurement")
+    ap.add_argument("--smoke", action="store_true",
+                    help="2 nodes once, a 2 s lease for the node loss, print only: does it still run? (ctest)")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.reps, args.heartbeat, args.no_write = "2", 1, 2.0, True
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.kinds = [k.strip() for k in args.kinds.split(",")]
     if not set(args.kinds) <= set(ALL_KINDS) or not {"ddprun etcd", "ddprun daemon"} <= set(args.kinds):
         sys.exit("etcd_rdzv_bench: --kinds must include ddprun etcd and ddprun daemon, from: " + ", ".join(ALL_KINDS))
     args.ddprun = os.path.join(args.build, "bin", "ddprun")
     args.rdzv = os.path.join(args.build, "bin", "ddprun-rdzv")
+    for exe in (args.ddprun, args.rdzv):
+        if not os.access(exe, os.X_OK):
+            sys.exit("etcd_rdzv_bench: missing %s: build it first" % exe)
     reason = etcd_available()
     if reason:
-        sys.exit("etcd_rdzv_bench: " + reason)
+        benchlib.skip("etcd_rdzv_bench: " + reason)
+    # The peers: torchrun, and for its etcd backend python3-etcd beside its torch. Each missing one is
+    # reported skipped; ddprun's two backends run regardless.
+    skipped = []
+    torch_python = sys.executable if args.torch != "/usr/bin/torchrun" else "/usr/bin/python3"
+    if not os.access(args.torch, os.X_OK):
+        skipped += ["%s: skipped (%s not installed)" % (k, args.torch) for k in args.kinds if k.startswith("torchrun")]
+        args.kinds = [k for k in args.kinds if not k.startswith("torchrun")]
+    # -I: no current folder on sys.path, whose etcd/ (ddprun's C++ sources) would import as a package.
+    elif "torchrun etcd (v2)" in args.kinds and subprocess.run([torch_python, "-I", "-c", "import etcd; etcd.Client"],
+                                                               capture_output=True).returncode != 0:
+        skipped.append("torchrun etcd (v2): skipped (python3-etcd is not installed for %s)" % torch_python)
+        args.kinds.remove("torchrun etcd (v2)")
+    for line in skipped:
+        print(line, flush=True)
     with EtcdCluster(size=3, enable_v2=True) as cluster:
         kinds, rows = rendezvous_table(args, cluster)
         losses = [] if args.no_loss else [node_loss(args, cluster, args.heartbeat) for _ in range(args.reps)]
-    torch_version = subprocess.run([sys.executable if args.torch != "/usr/bin/torchrun" else "/usr/bin/python3",
-                                    "-c", "import torch; print(torch.__version__)"],
+    torch_version = subprocess.run([torch_python, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
     lines = ["", "## Rendezvous on etcd side by side (#14)", "",
              "Measured %s on %s (%d cores), `bench/etcd_rdzv_bench.py --sizes %s --reps %d` against one 3-member "
@@ -217,9 +239,8 @@ def main():
              "(torch %s). Time from the first agent's start to all N workers running, median (min-max) of %d fresh "
              "runs; one /bin/sh worker per node." % (time.strftime("%Y-%m-%d"), socket.gethostname(), os.cpu_count(),
                                                     ",".join(map(str, args.sizes)), args.reps, args.torch,
-                                                    torch_version or "?", args.reps), "",
-             "| nodes | " + " | ".join(kinds) + " | ddprun etcd / daemon |",
-             "|---|" + "---|" * (len(kinds) + 1)]
+                                                    torch_version or "?", args.reps), ""]
+    table = []
     for n in args.sizes:
         cells = []
         for k in kinds:
@@ -227,18 +248,26 @@ def main():
             cells.append("%s (%s-%s)%s" % (fmt(med), fmt(lo), fmt(hi), " %d failed" % fails if fails else ""))
         e, g = rows[("ddprun etcd", n)][0], rows[("ddprun daemon", n)][0]
         ratio = "%.2fx" % (e / g) if e and g else "-"
-        lines.append("| %d | %s | %s |" % (n, " | ".join(cells), ratio))
+        table.append([n] + cells + [ratio])
+    lines += benchlib.md_table(["nodes"] + kinds + ["ddprun etcd / daemon"], table)
     ok = [x for x in losses if x is not None]
     lines += [] if args.no_loss else ["", "Node loss on etcd (3 agents, `--nnodes=2:3`, heartbeat_timeout %g s = the lease TTL): SIGKILL of "
               "one agent to both survivors' next-round workers running: %s s (median of %d: %s). Goal: within the "
               "TTL + 1 s = %g s." % (args.heartbeat, fmt(statistics.median(ok)) if ok else "-", len(losses),
                                      ", ".join(fmt(x) for x in losses), args.heartbeat + 1), ""]
+    lines += ["Skipped: " + "; ".join(skipped) + ".", ""] if skipped else []
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
         with open(args.output, "a") as f:
             f.write(text)
+    # ddprun's side must have run every time (a peer's failure is a finding, not a failure here).
+    ours = [rows[(k, n)][3] for k in ("ddprun etcd", "ddprun daemon") for n in args.sizes]
+    if any(ours) or (losses and None in losses):
+        print("a ddprun case failed (see above)", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,6 +5,7 @@ Starts a 3-member etcd cluster (scripts/etcd_cluster.py), runs N agents of one /
 each on this machine, and counts the gRPC requests the members handled (unary calls, plus
 messages received on Watch and LeaseKeepAlive streams) from etcd's /metrics, before and after.
 Usage: bench/etcd_rdzv_requests.py [N ...]   (DDPRUN_BIN: folder of ddprun, default build/bin)
+       bench/etcd_rdzv_requests.py --smoke   (N = 2 only: does it still run? ctest)
 """
 import os
 import re
@@ -16,7 +17,9 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
-from etcd_cluster import EtcdCluster  # noqa: E402
+from etcd_cluster import EtcdCluster, etcd_available  # noqa: E402
+
+import benchlib  # noqa: E402
 
 DDPRUN = os.path.join(os.environ.get("DDPRUN_BIN", os.path.join(HERE, "..", "build", "bin")), "ddprun")
 LINE = re.compile(r'^grpc_server_(handled_total|msg_received_total)\{([^}]*)\} ([0-9.e+]+)$')
@@ -51,10 +54,17 @@ def run_job(cluster, n):
 
 
 def main():
-    sizes = [int(a) for a in sys.argv[1:]] or [2, 4, 8]
+    argv = sys.argv[1:]
+    smoke = "--smoke" in argv
+    sizes = [2] if smoke else [int(a) for a in argv] or [2, 4, 8]
+    if not os.access(DDPRUN, os.X_OK):
+        sys.exit("missing %s (DDPRUN_BIN: the folder of ddprun)" % DDPRUN)
+    reason = etcd_available()
+    if reason:
+        benchlib.skip("etcd_rdzv_requests: " + reason)
     with EtcdCluster(size=3) as cluster:
-        print("| nodes | etcd requests (whole job) | per node | wall s | by method |")
-        print("|---|---|---|---|---|")
+        header = ["nodes", "etcd requests (whole job)", "per node", "wall s", "by method"]
+        print("\n".join(benchlib.md_table(header, [])), flush=True)
         for n in sizes:
             before = requests(cluster)
             rcs, wall = run_job(cluster, n)
@@ -63,8 +73,8 @@ def main():
             diff = {k: v for k, v in diff.items() if v}
             total = sum(diff.values())
             assert rcs == [0] * n, rcs
-            print("| %d | %d | %.1f | %.2f | %s |" % (n, total, total / n, wall,
-                                                    ", ".join("%s %d" % kv for kv in sorted(diff.items()))))
+            row = [n, total, "%.1f" % (total / n), "%.2f" % wall, ", ".join("%s %d" % kv for kv in sorted(diff.items()))]
+            print(benchlib.md_table(header, [row])[-1], flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@
     bench/flag_matrix.py [--ddprun build/bin/ddprun] [--torchrun bench/.venv-torch2/bin/torchrun]
                          [--output bench/RESULTS_FLAGS.md]
 
-Not a CI test: torch 2.x is installed only here, never in CI (the e2e tests use Debian's torch 1.13).
+torch 2.x is installed only here, never in CI (the e2e tests use Debian's torch 1.13). Without it,
+torchrun's side is reported skipped and ddprun runs alone on the flags of Debian's torch 1.13 parser
+(/usr/bin/python3). `--smoke` (ctest): a few flags and one pod case, printed only.
 """
 
 import argparse
@@ -27,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import benchlib
+from benchlib import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT = ("RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE "
@@ -55,15 +60,8 @@ SAMPLES = {
 NEEDS_MORE = {"--numa-binding": "a GPU", "--logs-specs": "a torchrun.logs_specs plugin"}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun_options(torchrun):
-    """[(names, takes_value)] of torchrun's parser, from the torch next to `torchrun`."""
-    python = os.path.join(os.path.dirname(torchrun), "python")
+def torchrun_options(python):
+    """[(names, takes_value)] of torchrun's parser, from the torch of `python`."""
     code = ("import json; from torch.distributed.run import get_args_parser as g; p = g(); "
             "print(json.dumps([[a.option_strings, a.nargs != 0] for a in p._actions "
             "if a.option_strings and '-h' not in a.option_strings]))")
@@ -180,28 +178,48 @@ def main():
     ap.add_argument("--torchrun", default=os.path.join(ROOT, "bench", ".venv-torch2", "bin", "torchrun"))
     ap.add_argument("--output", default=os.path.join(ROOT, "bench", "RESULTS_FLAGS.md"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a few flags, one pod case, print only (ctest)")
     args = ap.parse_args()
-    for exe in (args.ddprun, args.torchrun):
-        if not os.access(exe, os.X_OK):
-            sys.exit("flag_matrix: %s is missing (see the usage in this file's docstring)" % exe)
+    if args.smoke:
+        args.no_write = True
+    if not os.access(args.ddprun, os.X_OK):
+        sys.exit("flag_matrix: %s is missing (see the usage in this file's docstring)" % args.ddprun)
     python = os.path.join(os.path.dirname(args.torchrun), "python")
-    version = subprocess.check_output([python, "-c", "import torch; print(torch.__version__)"], text=True).strip()
+    skipped = None
+    if not os.access(args.torchrun, os.X_OK):
+        # The peer is not installed: ddprun alone, on the flags of the torch that is.
+        skipped = "torchrun 2.x: skipped (%s not installed); ddprun alone, on torch %%s's flags" % args.torchrun
+        python = "/usr/bin/python3"
+    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        benchlib.skip("flag_matrix: neither torch 2.x (%s) nor torch for %s" % (args.torchrun, python))
+    version = probe.stdout.strip()
+    if skipped:
+        skipped %= version
+        print(skipped, flush=True)
     work = tempfile.mkdtemp(prefix="matrix_script_")
     script = os.path.join(work, "dump_env.py")
     with open(script, "w") as f:
         f.write(DUMP)
-    launchers = {"ddprun": args.ddprun, "torchrun": args.torchrun}
+    launchers = {"ddprun": args.ddprun}
+    if not skipped:
+        launchers["torchrun"] = args.torchrun
+    none = ("skipped", False, [])  # a launcher that did not run
     out = ["# ddprun and torchrun %s side by side: flags and Kubernetes pod environments" % version, "",
            "Measured %s on %s with `bench/flag_matrix.py` (torchrun from a venv; the program records its "
            "environment)." % (time.strftime("%Y-%m-%d"), socket.gethostname()), ""]
+    if skipped:
+        out += [skipped + ".", ""]
 
-    options = torchrun_options(args.torchrun)
+    options = torchrun_options(python)
+    if args.smoke:
+        options = options[:4]
     rows = flag_rows(launchers, options, script)
-    rejected = [r["flag"] for r in rows if r["results"]["ddprun"][1] and not r["results"]["torchrun"][1]]
+    rejected = [r["flag"] for r in rows if r["results"]["ddprun"][1] and not r["results"].get("torchrun", none)[1]]
     out += ["## 1. Every torchrun flag, both spellings (%d command lines)" % len(rows), "",
             "| flag | value | torchrun exit | ddprun exit | note |", "|---|---|---|---|---|"]
     for r in rows:
-        t, d = r["results"]["torchrun"], r["results"]["ddprun"]
+        t, d = r["results"].get("torchrun", none), r["results"]["ddprun"]
         key = next((n for n in (r["flag"],) if n in NEEDS_MORE), None) or \
             next((n for n in NEEDS_MORE if n.replace("-", "_") == r["flag"].replace("-", "_")), None)
         note = ("usage error!" if d[1] and not t[1] else "both refuse the usage" if d[1] and t[1] else
@@ -218,7 +236,7 @@ def main():
     for words in (["--standalone", "--nproc-per", "2"], ["--standalone", "--nproc_per", "2"],
                   ["--standalone", "--rdzv", "x"], ["--standalone", "--role", "a", "--role", "b"]):
         res = {label: run([exe] + words + [script], base_env(tmp))[0] for label, exe in launchers.items()}
-        out.append("| `%s PROGRAM` | %s | %s |" % (" ".join(words), res["torchrun"], res["ddprun"]))
+        out.append("| `%s PROGRAM` | %s | %s |" % (" ".join(words), res.get("torchrun", "skipped"), res["ddprun"]))
     shutil.rmtree(tmp, ignore_errors=True)
 
     # Kubernetes pod environments.
@@ -227,7 +245,8 @@ def main():
             "line; the table compares the contract variables of every worker (by RANK).", "",
             "| case | torchrun exits | ddprun exits | workers | contract variables equal | differ (by design) |",
             "|---|---|---|---|---|---|"]
-    for name, pods in pod_cases(free_port(), free_port()):
+    cases = pod_cases(free_port(), free_port())
+    for name, pods in cases[-1:] if args.smoke else cases:
         results = {}
         for label, exe in launchers.items():
             port, rdzv = free_port(), free_port()
@@ -235,9 +254,9 @@ def main():
                            .replace(pods[0].get("PET_RDZV_ENDPOINT", "@").split(":")[-1], str(rdzv)))
                           for k, v in pod.items()) for pod in pods]
             results[label] = run_pods(exe, fresh, script)
-        (tc, te, _), (dc, de, _) = results["torchrun"], results["ddprun"]
+        (tc, te, _), (dc, de, _) = results.get("torchrun", ("skipped", {}, [])), results["ddprun"]
         same, differ = [], set()
-        for rank in sorted(set(te) | set(de)):
+        for rank in sorted(set(te) | set(de)) if te else []:  # nothing to compare without torchrun
             for var in CONTRACT:
                 a, b = te.get(rank, {}).get(var), de.get(rank, {}).get(var)
                 if a == b:
@@ -258,7 +277,9 @@ def main():
     if not args.no_write:
         with open(args.output, "w") as f:
             f.write(text)
+    # ddprun refusing a flag that torchrun takes is this matrix's finding; ddprun's pod runs must work.
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

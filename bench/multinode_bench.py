@@ -2,7 +2,7 @@
 """Multi-node benchmarks: ddprun (agents + ddprun-rdzv daemon) vs torchrun's c10d rendezvous,
 all on loopback, side by side in one run; prints a markdown report (and --report PATH).
 
-Usage: bench/multinode_bench.py [--quick] [--build-dir DIR] [--report PATH] [--only rdzv,failure,store]
+Usage: bench/multinode_bench.py [--quick | --smoke] [--build-dir DIR] [--report PATH] [--only rdzv,failure,store]
        [--sizes 2,8,16,64,256,512,1024] [--torch-sizes 2,8,16] [--kinds sh,version,standalone,ddprun]
        [--store-clients 1,8,64] [--store-bootstrap-clients 8,64,256] [--crowd 2000] [--mem-budget-gib 18] [--max-minutes 40]
 
@@ -27,12 +27,12 @@ Usage: bench/multinode_bench.py [--quick] [--build-dir DIR] [--report PATH] [--o
            Then a job's store bootstrap with 8, 64, 256 ranks (connect, publish an address, read
            every peer's, barrier): time to the last rank through, against TCPStore.
 
-Needs the helpers built: cmake -S . -B build-mnb -G Ninja -DDDPRUN_BUILD_BENCH=ON &&
+Needs the helpers built: cmake -S . -B build-mnb -G Ninja &&
 cmake --build build-mnb -- ddprun ddprun-multinode ddprun-watchdog ddprun-rdzv ddprun-store-bench \
   tcpstore-bench
 (--build-dir, else $DDPRUN_BUILD_DIR, else build-mnb). Full run ~25 min, --quick ~5 min.
 
-Not a test; never run in CI. Bounded in time (--max-minutes, and a limit per step). Every process
+Not a test (ctest runs only its --smoke case). Bounded in time (--max-minutes, and a limit per step). Every process
 the driver starts carries a unique DDPRUN_MNB_MARK in its environment; at the end of each step and
 on exit (also on Ctrl-C / SIGTERM) every such process is SIGKILLed and reaped, and the temporary
 directory is removed. Loopback only. Run as root for the SCHED_FIFO spawn loop (else nice -10).
@@ -54,6 +54,8 @@ import sys
 import tempfile
 import time
 import uuid
+
+from benchlib import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -317,14 +319,6 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def children_cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -372,7 +366,8 @@ class Bench:
         self.ddprun = os.path.join(self.bindir, "ddprun")
         self.multinode = os.path.join(self.bindir, "ddprun-multinode")
         self.rdzv = os.path.join(self.bindir, "ddprun-rdzv")
-        self.store_bench = os.path.join(self.bindir, "ddprun-store-bench")
+        # $DDPRUN_STORE_BENCH: where ctest's build put it (bench/CMakeLists.txt).
+        self.store_bench = os.environ.get("DDPRUN_STORE_BENCH") or os.path.join(self.bindir, "ddprun-store-bench")
         self.tcpstore_bench = os.path.join(self.bindir, "tcpstore-bench")
         self.seq = 0
         self.report = []       # markdown lines
@@ -1063,7 +1058,7 @@ class Bench:
         have_dd = os.path.exists(self.store_bench)
         have_tcp = os.path.exists(self.tcpstore_bench)
         if not have_dd:
-            self.report.append("ddprun-store-bench not built (configure with -DDDPRUN_BUILD_BENCH=ON); skipped.\n")
+            self.report.append("ddprun-store-bench not built (DDPRUN_BUILD_BENCH=OFF); skipped.\n")
             return
         d = self.newdir("store")
         self.step_env(d)
@@ -1247,7 +1242,8 @@ class Bench:
         ver = subprocess.run([self.ddprun, "--version"], capture_output=True, text=True).stdout.strip()
         h.append("- ddprun: %s (%s, build dir %s); gRPC %s" % (ver, git_rev(), self.args.build_dir, dpkg_version("libgrpc++1.51") or "?"))
         h.append("- torchrun: %s (PyTorch %s, /usr/bin/python3 %s)" % (TORCHRUN, torch_version() or "?", platform.python_version()))
-        h.append("- Mode: %s; command: `%s`\n" % ("--quick" if self.args.quick else "full", " ".join(sys.argv)))
+        h.append("- Mode: %s; command: `%s`\n" % ("--smoke" if self.args.smoke else "--quick" if self.args.quick else "full",
+                                                 " ".join(sys.argv)))
         return h
 
     def render(self):
@@ -1320,6 +1316,8 @@ def torch_version():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions, shorter windows")
+    p.add_argument("--smoke", action="store_true",
+                   help="2 agents, one repetition of everything, the smallest store cases: does it still run? (ctest)")
     p.add_argument("--build-dir", default=os.environ.get("DDPRUN_BUILD_DIR", os.path.join(ROOT, "build-mnb")))
     p.add_argument("--report", help="also write the markdown report to this file")
     p.add_argument("--only", default="rdzv,failure,store")
@@ -1337,6 +1335,16 @@ def main():
     p.add_argument("--crowd", type=int, default=2000, help="extra processes for the agent CPU probe")
     p.add_argument("--max-minutes", type=float, default=40.0, help="hard bound on the whole run")
     args = p.parse_args()
+    if args.smoke:
+        args.quick = True
+        args.sizes = args.sizes or "2"
+        args.torch_sizes = args.torch_sizes if args.torch_sizes is not None else "2"
+        args.store_clients = "1,2"
+        args.store_bootstrap_clients = args.store_bootstrap_clients or "2"
+        args.crowd = min(args.crowd, 50)
+        args.max_minutes = min(args.max_minutes, 4.0)
+        if args.steady_seconds is None:
+            args.steady_seconds = 0.5
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]
     args.sizes = ints(args.sizes or ("2,8,16,64,256" if args.quick else "2,8,16,64,256,512,1024"))
     args.torch_sizes = ints(args.torch_sizes if args.torch_sizes is not None else ("2,8" if args.quick else "2,8,16"))
@@ -1352,6 +1360,12 @@ def main():
     args.store_reps = 1 if args.quick else 3
     if args.steady_seconds is None:
         args.steady_seconds = 2.0 if args.quick else 5.0
+    if args.smoke:
+        args.store_bootstrap_reps = args.fail_reps = 1
+        args.store_seconds = 0.2
+        # torchrun takes a minute to notice a lost node (its own timeouts); the smoke test only
+        # needs the case to run, so "no new round within 10 s" is an answer.
+        args.torch_fail_bound = 10
     args.build_dir = os.path.abspath(args.build_dir)
     only = set(args.only.split(","))
 

@@ -12,7 +12,7 @@ Then the peer: the same daemon with no token, --connection_guard=off and its cal
 i.e. gRPC 1.51 on its own, under the same attack; it runs under an address-space cap (--unguarded_cap_mib) so that it cannot take the machine
 down, and the report says whether it survived.
 
-Build first (bench targets need -DDDPRUN_BUILD_BENCH=ON):
+Build first (the bench targets are on by default, DDPRUN_BUILD_BENCH):
   cmake --build build-bench -- ddprun-rdzv ddprun-rdzv-capacity
   bench/rdzv_abuse.py --build build-bench --report bench/RESULTS_ABUSE.md
 
@@ -23,8 +23,6 @@ import datetime
 import json
 import os
 import platform
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,28 +30,11 @@ import tempfile
 import threading
 import time
 
+import benchlib
+from benchlib import cpu_s, rss_kb, stop
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATTACK = os.path.join(ROOT, "tests", "integration", "http2_attack.py")
-
-
-def rss_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def cpu_s(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
 
 
 class Sampler:
@@ -74,33 +55,13 @@ class Sampler:
 
 
 def start_daemon(rdzv, token, guard, cap_mib, log_path):
-    argv = [rdzv, "--port", "0", "--log_level", "warning", "--connection_guard", guard]
+    extra = ["--log_level", "warning", "--connection_guard", guard]
     if token:
-        argv += ["--token_file", token]
+        extra += ["--token_file", token]
     else:  # the peer: no token, no guard, no call limits: gRPC 1.51 on its own
-        argv += ["--max_call_burst", "10000000", "--max_calls_per_second", "1000000"]
-    if cap_mib:
-        argv = ["prlimit", "--as=%d" % (cap_mib << 20), "--"] + argv
-    log = open(log_path, "w")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
-    log.close()
-    line = proc.stdout.readline()
-    m = re.search(r"listening on (\S+):(\d+)", line)
-    if not m:
-        stop(proc)
-        raise RuntimeError("ddprun-rdzv did not start: %r" % line)
-    return proc, int(m.group(2))
-
-
-def stop(proc):
-    if proc.poll() is not None:
-        return proc.returncode
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(timeout=10)
+        extra += ["--max_call_burst", "10000000", "--max_calls_per_second", "1000000"]
+    wrap = ["prlimit", "--as=%d" % (cap_mib << 20), "--"] if cap_mib else []
+    return benchlib.start_rdzv(rdzv, log_path, extra, wrap)
 
 
 def round_time(gen, port, pid, token, nodes, tag, timeout_s):
@@ -127,11 +88,14 @@ def attack(port, seconds, connections, spread):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def generator(build):
+    # $DDPRUN_RDZV_CAPACITY: where ctest's build put it (bench/CMakeLists.txt).
+    return os.environ.get("DDPRUN_RDZV_CAPACITY") or os.path.join(build, "bin", "ddprun-rdzv-capacity")
+
+
 def one_rep(args, guard, cap_mib, rep, workdir, spread=False, token=True):
     rdzv = os.path.join(args.build, "bin", "ddprun-rdzv")
-    gen = os.path.join(args.build, "bench", "ddprun-rdzv-capacity")
-    if not os.path.exists(gen):
-        gen = os.path.join(args.build, "bin", "ddprun-rdzv-capacity")
+    gen = generator(args.build)
     log = os.path.join(workdir, "rdzv-%s-%d.log" % (guard, rep))
     token = args.token if token else None
     daemon, port = start_daemon(rdzv, token, guard, cap_mib, log)
@@ -154,7 +118,7 @@ def one_rep(args, guard, cap_mib, rep, workdir, spread=False, token=True):
         r["rss_peak_kb"] = sampler.stop()
         r["daemon_cpu_during_s"] = round(cpu_s(daemon.pid) - cpu0, 2)
         r["survived"] = daemon.poll() is None
-        time.sleep(10)
+        time.sleep(args.after_s)
         r["rss_after_kb"] = rss_kb(daemon.pid) if daemon.poll() is None else None
         r["survived"] = daemon.poll() is None
     finally:
@@ -178,7 +142,18 @@ def main():
     p.add_argument("--connections", type=int, default=8)
     p.add_argument("--unguarded_cap_mib", type=int, default=3072)
     p.add_argument("--report", default=None)
+    p.add_argument("--after_s", type=float, default=10, help="when the RSS after the attack is read")
+    p.add_argument("--smoke", action="store_true",
+                   help="one repetition of 3 nodes, a 1 s attack: does it still run? (ctest)")
     args = p.parse_args()
+    if args.smoke:
+        args.reps, args.nodes, args.attack_s, args.connections, args.after_s = 1, 3, 1.0, 2, 0.5
+        args.unguarded_cap_mib = min(args.unguarded_cap_mib, 1024)
+    for exe in (os.path.join(args.build, "bin", "ddprun-rdzv"), generator(args.build)):
+        if not os.access(exe, os.X_OK):
+            sys.exit("missing %s: build it first (see --help)" % exe)
+    if not os.path.exists(ATTACK):
+        benchlib.skip("%s is not in this tree" % ATTACK)
     with tempfile.TemporaryDirectory(prefix="ddprun_abuse_") as workdir:
         args.token = os.path.join(workdir, "token")
         with open(args.token, "w") as f:
@@ -213,7 +188,7 @@ def main():
         " to every node assigned. Median (min-max) of %d fresh daemons." % (args.connections, args.attack_s,
                                                                           args.nodes, args.reps),
         "",
-        "| daemon | round quiet (s) | round under attack (s) | attack / quiet | RSS start | RSS peak | RSS 10 s after | daemon CPU during (s) |",
+        "| daemon | round quiet (s) | round under attack (s) | attack / quiet | RSS start | RSS peak | RSS %g s after | daemon CPU during (s) |" % args.after_s,
         "|---|---|---|---|---|---|---|---|",
         row("ddprun-rdzv (guard auto: on with a token); attacker at one address", guarded),
         row("ddprun-rdzv, the attacker at a new address for every connection, 16 streams each (no penalty applies)", spread),
@@ -230,7 +205,13 @@ def main():
     if args.report:
         with open(args.report, "w") as f:
             f.write(text)
+    # ddprun's own rounds must have happened (the peer's may fail: that is its finding).
+    ours = [r[k] for r in guarded + spread for k in ("quiet_s", "attack_s")]
+    if any(v is None for v in ours):
+        print("a round of ddprun-rdzv failed (see the table)", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

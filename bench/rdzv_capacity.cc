@@ -11,7 +11,7 @@
 //   join      every agent sends its Join (--jobs jobs of --nodes nodes, min = max = nodes, so a
 //             job's round closes when its last node joins); done when every agent holds its
 //             RoundAssigned. Agents heartbeat from their Join on, every heartbeat_timeout/4, and
-//             keep the keepalive settings of ddprun's agents (rendezvous/grpc_rendezvous.cc).
+//             keep the keepalive settings of ddprun's agents (rendezvous/client/grpc_rendezvous.cc).
 //   store     (--store) the workers' bootstrap on the first job: one more connection and Store
 //             Session stream per agent (a worker), then at once each sets its own key and gets
 //             its neighbour's (a get that waits until the key exists).
@@ -48,8 +48,8 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "common/token_file.h"
-#include "rendezvous/grpc_runtime.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_runtime.h"
+#include "rpc/grpc_util.h"
 
 namespace {
 
@@ -129,6 +129,7 @@ struct Shared {
   std::atomic<int> writeFailures{0};
   std::atomic<uint64_t> heartbeatsSent{0};
   std::atomic<uint64_t> heartbeatsSkipped{0};  // the agent's previous writes were still queued
+  std::atomic<uint64_t> heartbeatAcks{0};
   std::atomic<int> storeDone{0};
   std::atomic<int> storeFailed{0};
   std::mutex mu;
@@ -221,6 +222,8 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
   bool heartbeat() {
     pb::AgentMessage msg;
     msg.mutable_heartbeat()->set_round(round.load());
+    // Numbered as ddprun's agent numbers them; the server echoes seq in its HeartbeatAck.
+    msg.mutable_heartbeat()->set_seq(++heartbeatSeq_);
     return write(msg, 2);
   }
 
@@ -235,9 +238,11 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
         if (assignedNs.load() == 0) {
           round = in_.round_assigned().round();
           groupRank = in_.round_assigned().group_rank();
+          awaitsStopped_ = in_.round_assigned().awaits_stopped();
           assignedNs = nowNs();
           if (++shared_->assigned == shared_->agents) shared_->notify();
         } else {
+          round = in_.round_assigned().round();  // heartbeats name the current round (fencing)
           ++shared_->interrupted;
           shared_->problem("node " + nodeId + ": assigned again: " + in_.ShortDebugString());
         }
@@ -245,6 +250,17 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
       case pb::ServerMessage::kRoundInterrupted:
         ++shared_->interrupted;
         shared_->problem("node " + nodeId + ": " + in_.ShortDebugString());
+        if (awaitsStopped_) {
+          // As ddprun's agent: the server holds the next round until this node's workers are gone
+          // (it has none), so say so at once rather than leave the job waiting on this node.
+          pb::AgentMessage stopped;
+          stopped.mutable_workers_stopped()->set_round(in_.round_interrupted().round());
+          write(stopped);
+        }
+        break;
+      case pb::ServerMessage::kHeartbeatAck:
+        // The server answers every Heartbeat (RoundAssigned.acks_heartbeats); an ack is no news.
+        ++shared_->heartbeatAcks;
         break;
       default:
         ++shared_->closedOrRejected;
@@ -272,6 +288,8 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
   std::unique_ptr<pb::Rendezvous::Stub> stub_;
   grpc::ClientContext context_;
   pb::ServerMessage in_;
+  uint64_t heartbeatSeq_ = 0;  // only the heartbeat thread writes heartbeats
+  bool awaitsStopped_ = false;  // only the read callback touches it
 };
 
 // One simulated worker's store stream: set its key, then get its neighbour's (waiting for it).
@@ -425,7 +443,7 @@ std::string target(const std::string& address) {
 }
 
 std::shared_ptr<grpc::Channel> agentChannel(const Options& o) {
-  // As ddprun's agent (rendezvous/grpc_rendezvous.cc), plus a subchannel pool of its own: a
+  // As ddprun's agent (rendezvous/client/grpc_rendezvous.cc), plus a subchannel pool of its own: a
   // connection per agent, as separate processes have.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(4 << 20);
@@ -443,7 +461,7 @@ std::shared_ptr<grpc::Channel> agentChannel(const Options& o) {
 }
 
 std::shared_ptr<grpc::Channel> storeChannel(const Options& o) {
-  // As ddprun's store client (store/grpc_util.cc makeChannel), one connection per worker.
+  // As ddprun's store client (rpc/grpc_util.cc makeChannel), one connection per worker.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(80 << 20);
   args.SetMaxSendMessageSize(80 << 20);
@@ -742,6 +760,7 @@ int main(int argc, char** argv) {
     j->set_host("127.0.0.1");
     j->set_master_port(port++ % 30000 + 30000);
     j->set_node_rank(-1);
+    j->set_reports_stopped(true);  // as ddprun's agents: it answers RoundInterrupted with WorkersStopped
     const int64_t t = nowNs();
     a->joinIssuedNs = t;
     if (!a->write(msg)) finish(1, "a Join could not be written");
@@ -870,6 +889,7 @@ int main(int argc, char** argv) {
     report.integer("gen_hwm_kb", s.hwmKb).num("gen_cpu_total_s", s.cpuS, 2).integer("gen_threads", s.threads);
     report.integer("heartbeats_sent", static_cast<long long>(shared.heartbeatsSent.load()));
     report.integer("heartbeats_skipped", static_cast<long long>(shared.heartbeatsSkipped.load()));
+    report.integer("heartbeat_acks", static_cast<long long>(shared.heartbeatAcks.load()));
     report.integer("interrupted", shared.interrupted.load()).integer("closed_or_rejected", shared.closedOrRejected.load());
     report.integer("streams_ended", shared.streamsEnded.load()).integer("write_failures", shared.writeFailures.load());
   }

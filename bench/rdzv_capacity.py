@@ -13,10 +13,11 @@ Scenarios (min = max = nodes per job, heartbeat_timeout 5 s, agents heartbeat ev
              (N <= 4000: one more connection per agent), then 20 s of heartbeats only
   jobs-1000x8  1000 jobs of 8 nodes joining at once, interleaved
 
-Build first (bench targets need -DDDPRUN_BUILD_BENCH=ON):
-  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDPRUN_BUILD_BENCH=ON
+Build first (the bench targets are on by default, DDPRUN_BUILD_BENCH):
+  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
   cmake --build build-bench -- ddprun-rdzv ddprun-rdzv-capacity
   bench/rdzv_capacity.py --build build-bench --report /tmp/capacity.md --plot bench/capacity.svg
+  bench/rdzv_capacity.py --smoke   (20 agents and 4 jobs of 3, once: does it still run?)
 
 Stdlib only. Every child is bounded in time; the script never waits on one without a limit.
 """
@@ -24,15 +25,16 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import resource
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+import benchlib
+from benchlib import loadavg, raise_nofile, rss_kb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +44,11 @@ SCENARIOS = {
     "job-10000": dict(jobs=1, nodes=10000, store=False, steady=20),
     "jobs-1000x8": dict(jobs=1000, nodes=8, store=False, steady=0),
 }
+# --smoke (ctest "bench: rdzv_capacity.py smoke"): seconds, every phase of the generator once.
+SMOKE = {
+    "smoke-job-20": dict(jobs=1, nodes=20, store=True, steady=1),
+    "smoke-jobs-4x3": dict(jobs=4, nodes=3, store=False, steady=0),
+}
 QUICK = {
     "job-1000": dict(jobs=1, nodes=1000, store=True, steady=5),
     "job-4000": dict(jobs=1, nodes=4000, store=True, steady=5),
@@ -49,58 +56,6 @@ QUICK = {
 }
 
 LOG_TIME = re.compile(r"^\[ddprun \w (\d\d):(\d\d):(\d\d)\.(\d\d\d)\]")
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def rss_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
-
-
-def start_daemon(rdzv, log_path, log_level):
-    log = open(log_path, "w")
-    proc = subprocess.Popen([rdzv, "--port", "0", "--log_level", log_level], stdout=subprocess.PIPE,
-                            stderr=log, text=True, preexec_fn=raise_nofile)
-    log.close()
-    deadline = time.monotonic() + 20
-    line = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if "listening on" in line or not line:
-            break
-    m = re.search(r"listening on (\S+):(\d+)", line)
-    if not m:
-        stop(proc)
-        raise RuntimeError(f"ddprun-rdzv did not start: {line!r}")
-    return proc, int(m.group(2))
-
-
-def stop(proc):
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def log_times(log_path, anchor_ms):
@@ -135,12 +90,17 @@ def gen_command(gen, port, pid, spec, timeout_s):
     return cmd
 
 
+def generator(build):
+    # $DDPRUN_RDZV_CAPACITY: where ctest's build put it (bench/CMakeLists.txt).
+    return os.environ.get("DDPRUN_RDZV_CAPACITY") or os.path.join(build, "bin", "ddprun-rdzv-capacity")
+
+
 def run_one(build, name, spec, rep, log_level, workdir):
     rdzv = os.path.join(build, "bin", "ddprun-rdzv")
-    gen = os.path.join(build, "bin", "ddprun-rdzv-capacity")
+    gen = generator(build)
     log_path = os.path.join(workdir, f"{name}-{rep}.log")
     load_before = loadavg()
-    proc, port = start_daemon(rdzv, log_path, log_level)
+    proc, port = benchlib.start_rdzv(rdzv, log_path, ["--log_level", log_level])
     try:
         time.sleep(0.3)
         idle_rss = rss_kb(proc.pid)
@@ -151,7 +111,7 @@ def run_one(build, name, spec, rep, log_level, workdir):
                              preexec_fn=raise_nofile)
         wall = time.monotonic() - started
     finally:
-        stop(proc)
+        benchlib.stop(proc)
     lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
     if not lines:
         raise RuntimeError(f"{name}: no result (exit {out.returncode}): {out.stderr[-2000:]}")
@@ -192,7 +152,7 @@ def report(results, args, machine, commit, started, finished):
     by = {}
     for r in results:
         by.setdefault(r["scenario"], []).append(r)
-    order = [n for n in dict.fromkeys(list(SCENARIOS) + list(QUICK)) if n in by]
+    order = [n for n in dict.fromkeys(list(SCENARIOS) + list(QUICK) + list(SMOKE)) if n in by]
     mb = 1 / 1024.0
     out = []
     out.append(f"Runs: {started} to {finished} (UTC), tree {commit}, {args.reps} repetitions each, "
@@ -370,27 +330,13 @@ def svg_plot(results, path):
     return True
 
 
-def machine_text():
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo") as f:
-            mem = int(f.readline().split()[1]) / 1024 / 1024
-    except OSError:
-        mem = 0
-    return f"{os.cpu_count()} cores ({model}), {mem:.1f} GiB, kernel {platform.release()}, open-file hard limit {resource.getrlimit(resource.RLIMIT_NOFILE)[1]}"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated scenario names")
-    ap.add_argument("--quick", action="store_true", help="small scenarios, 5 s of heartbeats (a smoke test)")
+    ap.add_argument("--quick", action="store_true", help="small scenarios, 5 s of heartbeats")
+    ap.add_argument("--smoke", action="store_true", help="tiny scenarios once, 1 s of heartbeats: does it still run?")
     ap.add_argument("--log_level", default="info", help="the daemon's (info, as deployed)")
     ap.add_argument("--report", default="", help="markdown file to write (default: stdout only)")
     ap.add_argument("--json", default="", help="raw results, one JSON object per run")
@@ -413,21 +359,18 @@ def main():
         return 0 if ok else 1
     if not 1 <= args.reps <= 10:
         ap.error("--reps must be 1-10")
-    scenarios = QUICK if args.quick else SCENARIOS
+    if args.smoke:
+        args.reps, args.pause = 1, 0.2
+    for exe in (os.path.join(args.build, "bin", "ddprun-rdzv"), generator(args.build)):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"missing {exe}: build it first (see --help)")
+    scenarios = SMOKE if args.smoke else QUICK if args.quick else SCENARIOS
     names = [n for n in scenarios if not args.only or n in args.only.split(",")]
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     need = max(scenarios[n]["jobs"] * scenarios[n]["nodes"] * (2 if scenarios[n]["store"] else 1) for n in names) + 256
     if hard < need:
         sys.exit(f"open-file hard limit {hard} is under {need}: raise it (ulimit -Hn) first")
-    try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-        if dirty:
-            commit += " (with uncommitted changes)"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
+    commit = benchlib.git_rev()
     started = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
     results = []
     with tempfile.TemporaryDirectory(prefix="rdzv-capacity-") as workdir:
@@ -445,12 +388,14 @@ def main():
                 print(json.dumps(brief), flush=True)
                 time.sleep(args.pause)
     finished = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
-    machine = machine_text()
+    machine = benchlib.machine_text()
     for r in results:
         r.update(machine=machine, commit=commit, started=started, finished=finished)
     ok = [r for r in results if "join_daemon_cpu_s" in r]
     text = report(ok, args, machine, commit, started, finished) if ok else "no successful run\n"
     failed = [r for r in results if r not in ok]
+    # A run that joined but then failed (rc or error set: a later phase) fails the whole too.
+    broken = [r for r in results if r.get("rc") or r.get("error")]
     if failed:
         text += "\nRuns without results: " + "; ".join(f"{r['scenario']}#{r['rep']}: {r.get('error')}" for r in failed) + "\n"
     print(text)
@@ -463,7 +408,7 @@ def main():
                 f.write(json.dumps(r) + "\n")
     if args.plot and ok:
         svg_plot(ok, args.plot)
-    return 0 if not failed else 1
+    return 0 if not broken else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Side-by-side benchmarks: ddprun vs torchrun (Debian 1.13, and torch 2.x from a venv) vs a floor.
 
-Usage: bench/run_bench.py [--quick] [--no-write] [--output PATH] [--label NAME] [--raw PATH]
+Usage: bench/run_bench.py [--quick | --smoke] [--no-write] [--output PATH] [--label NAME] [--raw PATH]
                           [--only launch,restart,footprint] [--max-minutes M]
 
 Three benchmarks, all with 4 workers running the same tiny C program (bench/bench_worker.c),
@@ -12,7 +12,7 @@ which writes its CLOCK_MONOTONIC start time to $BENCH_OUT/<restart_count>.<local
   footprint  VmRSS and PSS of the launcher's own processes (everything it started that is not a
              worker) while 4 workers sleep
 
-Not a test: never run in CI. See bench/README.md. Everything the driver starts carries a unique
+Not a test (ctest runs only its --smoke case). See bench/README.md. Everything the driver starts carries a unique
 BENCH_TOKEN in its environment; on exit (also on Ctrl-C / SIGTERM) every such process is
 SIGKILLed and the temporary directory removed.
 """
@@ -32,6 +32,8 @@ import tempfile
 import threading
 import time
 import uuid
+
+import benchlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -354,25 +356,6 @@ def read_status(pid):
     return comm, rss, pss or 0
 
 
-def descendants(root):
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def bench_footprint(hyg, tmp, launcher, timeout_s, settle_s=1.0):
     run = Run("footprint", hyg, tmp, launcher, "sleep", 0, timeout_s)
     try:
@@ -382,7 +365,7 @@ def bench_footprint(hyg, tmp, launcher, timeout_s, settle_s=1.0):
         best = None
         for i in range(3):  # samples at settle, settle+0.5, settle+1.0 s; keep the largest
             time.sleep(settle_s if i == 0 else 0.5)
-            pids = (set(descendants(run.p.pid)) | set(hyg.token_pids())) - workers
+            pids = (set(benchlib.descendants(run.p.pid)) | set(hyg.token_pids())) - workers
             procs = {}
             for pid in pids:
                 st = read_status(pid)
@@ -434,23 +417,9 @@ def cmd_output(argv, timeout=60):
 
 
 def machine_info():
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = "?"
-    try:
-        with open("/proc/meminfo") as f:
-            mem = "%.1f GiB" % (int(f.readline().split()[1]) / 1024 / 1024)
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu": model,
-            "kernel": platform.release(), "mem": mem}
+    m = benchlib.machine()
+    return {"nproc": m["nproc"], "affinity": m["affinity"], "cpu": m["cpu"], "kernel": m["kernel"],
+            "mem": "%.1f GiB" % m["mem_gib"]}
 
 
 def loadavg():
@@ -493,6 +462,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="few repetitions, skip torchrun's 5 s default monitor interval")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one run of each, no warm-up, print only: does it still run? (ctest)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     ap.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"))
     ap.add_argument("--max-minutes", type=float, default=25.0,
@@ -508,6 +479,8 @@ def main():
     ap.add_argument("--only", default="launch,restart,footprint",
                     help="comma-separated subset of launch,restart,footprint")
     args = ap.parse_args()
+    if args.smoke:
+        args.quick = args.no_write = True
 
     # SIGINT explicitly too: a shell starts background jobs with SIGINT ignored, and Python then
     # installs no KeyboardInterrupt handler of its own.
@@ -552,12 +525,16 @@ def run_all(args, hyg, tmp):
     by_key = {l.key: l for l in launchers}
 
     quick = args.quick
+    smoke = args.smoke
     reps = {"ddprun": 5 if quick else 20, "floor_c": 5 if quick else 20,
             "floor_sh": 5 if quick else 20, "torchrun1": 3 if quick else 10,
             "torchrun2": 3 if quick else 10, "torchrun1_5s": 0 if quick else 3}
     restart_reps = {"ddprun": 5 if quick else 20, "torchrun1": 3 if quick else 10,
                     "torchrun2": 3 if quick else 10, "torchrun1_5s": 0 if quick else 3}
     foot_reps = 1 if quick else 3
+    if smoke:  # one run of each launcher
+        reps = {k: min(v, 1) for k, v in reps.items()}
+        restart_reps = {k: min(v, 1) for k, v in restart_reps.items()}
     only = set(args.only.split(","))
 
     info = {"machine": machine_info(), "load_start": loadavg(),
@@ -570,6 +547,11 @@ def run_all(args, hyg, tmp):
             "label": args.label}
     results = {"launch": {}, "restart": {}, "footprint": {}, "leftovers": {}, "errors": [],
                "skipped": [], "tmp_left": {}, "tmp_runs": {}}
+    # A peer that is not installed is said so; ddprun and the floors run regardless.
+    if "torchrun1" not in by_key:
+        results["skipped"].append("torchrun 1.x: /usr/bin/torchrun not installed (Debian's python3-torch)")
+    if "torchrun2" not in by_key:
+        results["skipped"].append("torchrun 2.x: not installed (%s)" % t2)
     raw = {"info": info, "launch": {}, "restart": {}, "footprint": {}}
 
     def over_time():
@@ -586,7 +568,7 @@ def run_all(args, hyg, tmp):
     def series(bench, fn, rep_map, timeout_s):
         keys = [k for k in rep_map if rep_map[k] > 0 and k in by_key]
         for key in keys:  # warm-up, excluded
-            if over_time():
+            if over_time() or smoke:
                 break
             try:
                 _, run = fn(hyg, tmp, by_key[key], timeout_s)

@@ -9,7 +9,7 @@
 # How: ddprun::grpc stands for gRPC + protobuf and resolves per executable being linked: the static
 # archives (one rescanned link group, the order `pkg-config --static grpc++ protobuf` lists) where
 # that executable's DDPRUN_STATIC_GRPC property is set, else gRPC::grpc++ and protobuf::libprotobuf
-# as before (plus absl::synchronization, which rendezvous/grpc_runtime.cc calls directly). So no link mixes the .so and the .a of one library.
+# as before (plus absl::synchronization, which rpc/grpc_runtime.cc calls directly). So no link mixes the .so and the .a of one library.
 find_package(gRPC CONFIG REQUIRED)
 find_package(PkgConfig QUIET)
 

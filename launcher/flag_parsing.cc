@@ -127,14 +127,21 @@ std::string parseLegacyLocalRank(const std::string& value) {
   throw ConfigError(quoted("--legacy_local_rank", value) + ": expected underscore or dash");
 }
 
-std::string parseRdzvBackend(const std::string& value) {
-  if (value == "c10d") return "grpc";
+RdzvBackend parseRdzvBackend(const std::string& value) {
+  if (value == "static") return RdzvBackend::kStatic;
+  if (value == "grpc" || value == "c10d") return RdzvBackend::kGrpc;
   // torch's etcd-v2 backend is the same idea on etcd's v3 API; both names mean ours.
-  if (value == "etcd" || value == "etcd-v2") return "etcd";
-  if (value != "static" && value != "grpc") {
-    throw ConfigError(quoted("--rdzv_backend", value) + ": expected static, grpc, c10d, etcd or etcd-v2");
+  if (value == "etcd" || value == "etcd-v2") return RdzvBackend::kEtcd;
+  throw ConfigError(quoted("--rdzv_backend", value) + ": expected static, grpc, c10d, etcd or etcd-v2");
+}
+
+const char* backendName(RdzvBackend backend) {
+  switch (backend) {
+    case RdzvBackend::kStatic: return "static";
+    case RdzvBackend::kGrpc: return "grpc";
+    case RdzvBackend::kEtcd: return "etcd";
   }
-  return value;
+  return "static";
 }
 
 void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {

@@ -77,8 +77,8 @@ std::string parseNumaBinding(const std::string& value);
 // 2.0) or "dash" (--local-rank, 2.0 and later). Returns the flag to pass, or "".
 std::string parseLegacyLocalRank(const std::string& value);
 
-// --rdzv_backend: "static" or "grpc" (torchrun's c10d is an alias of grpc).
-std::string parseRdzvBackend(const std::string& value);
+// --rdzv_backend: static, grpc (torchrun's c10d is an alias), etcd (etcd-v2, torch's name, too).
+RdzvBackend parseRdzvBackend(const std::string& value);
 
 // --rdzv_conf KEY=VALUE,...: sets cfg's rendezvous timeouts, isHost and tokenFile. torchrun's keys
 // that only tune its own store are accepted and ignored.

@@ -20,7 +20,7 @@ constexpr FlagSpec kFlags[] = {
     {"nnodes", "", "PET_NNODES", "1", kOption, "Number of nodes, N or MIN:MAX"},
     {"node_rank", "", "PET_NODE_RANK", "0", kOption, "Rank of this node (static multi-node)"},
     {"standalone", "", "PET_STANDALONE", "", kSwitch, "Single-node job on a local rendezvous with a free port"},
-    {"rdzv_backend", "", "PET_RDZV_BACKEND", "static", kOption, "Rendezvous backend: static, grpc (c10d is an alias)"},
+    {"rdzv_backend", "", "PET_RDZV_BACKEND", "static", kOption, "Rendezvous backend: static, grpc (c10d is an alias), etcd (etcd-v2 is an alias)"},
     {"rdzv_endpoint", "", "PET_RDZV_ENDPOINT", "", kOption, "Rendezvous endpoint HOST[:PORT]"},
     {"rdzv_id", "", "PET_RDZV_ID", "", kOption, "Job id shared by all nodes (TORCHELASTIC_RUN_ID)"},
     {"run_id", "", "PET_RUN_ID", "", kOption, "Alias of --rdzv_id", "rdzv_id"},

@@ -23,7 +23,7 @@
 #include "common/error.h"
 #include "common/net.h"
 #include "common/strings.h"
-#include "rendezvous/local_rendezvous.h"
+#include "rendezvous/client/local_rendezvous.h"
 
 namespace ddprun {
 namespace {
@@ -71,7 +71,7 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.eventLogToConsole = cfg.eventLogHandler == "console";
   o.workerCpus = cfg.workerCpus;
   // torch's names: its standalone and elastic rendezvous are c10d, as ddprun's grpc is.
-  o.rdzvBackend = cfg.standalone || cfg.rdzvBackend == "grpc" ? "c10d" : cfg.rdzvBackend;
+  o.rdzvBackend = cfg.standalone || cfg.rdzvBackend == RdzvBackend::kGrpc ? "c10d" : backendName(cfg.rdzvBackend);
   o.localRankArgAt = cfg.localRankArgAt;
   o.inherited = Environment::fromCurrentProcess();
   o.nprocPerNode = cfg.nprocPerNode;
@@ -130,17 +130,7 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   }
   AgentOptions options = agentOptions(cfg, runDir.path());
   if (!cfg.tokenFile.empty()) options.inherited.set("DDPRUN_RDZV_TOKEN_FILE", cfg.tokenFile);
-  if (cfg.rdzvBackend == "etcd") {
-    // The workers' store is on etcd too (worker_sdk/env.h): its key root, TLS files and login,
-    // in the environment the agent gives them, not in ddprun's own.
-    options.inherited.set("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix);
-    if (cfg.etcdTls) {
-      options.inherited.set("DDPRUN_ETCD_CACERT", cfg.etcdCaCert);
-      if (!cfg.etcdCert.empty()) options.inherited.set("DDPRUN_ETCD_CERT", cfg.etcdCert);
-      if (!cfg.etcdKey.empty()) options.inherited.set("DDPRUN_ETCD_KEY", cfg.etcdKey);
-    }
-    if (!cfg.etcdAuthFile.empty()) options.inherited.set("DDPRUN_ETCD_AUTH_FILE", cfg.etcdAuthFile);
-  }
+  for (const auto& [name, value] : multiNode.workerEnv) options.inherited.set(name, value);
   options.stdoutConsole = console;
   options.stderrConsole = consoleErr;
   ElasticAgent agent(io, *rendezvous, supervisor, std::move(options));
@@ -179,7 +169,7 @@ int printDryRun(const LaunchConfig& cfg) {
   std::cout << "ddprun dry run: " << cfg.nprocPerNode << " worker(s) on this node, run id " << cfg.runId << "\n";
   if (cfg.multiNode) {
     // Only static mode knows the ranks before the rendezvous; elastic ranks come from the round.
-    bool isStatic = cfg.rdzvBackend == "static";
+    bool isStatic = cfg.rdzvBackend == RdzvBackend::kStatic;
     round.groupRank = isStatic ? cfg.nodeRank : 0;
     round.groupWorldSize = cfg.minNodes;
     round.rankOffset = isStatic ? cfg.nodeRank * cfg.nprocPerNode : 0;
@@ -187,7 +177,7 @@ int printDryRun(const LaunchConfig& cfg) {
     round.masterAddr = "<group rank 0's address>";
     round.masterPort = 0;
     round.round = 1;
-    std::cout << "rendezvous: " << cfg.rdzvBackend << " at " << cfg.endpointHost << ":" << cfg.endpointPort << ", "
+    std::cout << "rendezvous: " << backendName(cfg.rdzvBackend) << " at " << cfg.endpointHost << ":" << cfg.endpointPort << ", "
               << cfg.minNodes << ".." << cfg.maxNodes << " nodes"
               << (isStatic ? "" : "; ranks below assume this node gets group rank 0 of the minimum") << "\n";
   }

@@ -5,13 +5,16 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "launcher/launch_config.h"
-#include "rendezvous/rendezvous.h"
+#include "rendezvous/client/rendezvous.h"
 
 namespace ddprun {
 
-// The server and client of a multi-node job, from launcher/multinode.cc. Only ddprun-multinode
+// The server and client of a multi-node job, from launcher/backend/. Only ddprun-multinode
 // links it: single-node ddprun stays free of gRPC (and of its memory).
 class HostedRendezvous {
  public:
@@ -23,6 +26,9 @@ class HostedRendezvous {
 struct MultiNodeRendezvous {
   std::unique_ptr<HostedRendezvous> server;  // when this node hosts the endpoint
   std::unique_ptr<Rendezvous> client;
+  // What the workers need of the backend beyond torchrun's contract (etcd: the store's key root,
+  // TLS files and login), added to the environment the agent gives them.
+  std::vector<std::pair<std::string, std::string>> workerEnv;
 };
 
 using PostFn = std::function<void(std::function<void()>)>;

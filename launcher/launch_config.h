@@ -9,6 +9,12 @@
 
 namespace ddprun {
 
+// --rdzv_backend. Static is not an algorithm of its own: node 0 hosts the grpc backend at
+// --master_addr:--master_port and the group rank is --node_rank (launcher/backend/).
+enum class RdzvBackend { kStatic, kGrpc, kEtcd };
+// "static", "grpc" or "etcd": for messages and the event log.
+const char* backendName(RdzvBackend backend);
+
 struct LaunchConfig {
   // Workers
   int nprocPerNode = 1;
@@ -20,7 +26,7 @@ struct LaunchConfig {
   int maxNodes = 1;
   int nodeRank = 0;
   bool standalone = false;
-  std::string rdzvBackend = "static";
+  RdzvBackend rdzvBackend = RdzvBackend::kStatic;
   std::string rdzvEndpoint;
   std::string rdzvConf;
   std::string runId = "none";
@@ -39,7 +45,8 @@ struct LaunchConfig {
   bool etcdTls = false;
   std::string etcdCaCert, etcdCert, etcdKey, etcdAuthFile;
   std::string etcdPrefix = "/ddprun";
-  // Multi-node: the gRPC rendezvous at endpointHost:endpointPort. Single node: a local one.
+  // Multi-node: the rendezvous (a grpc server, or the first etcd member) at
+  // endpointHost:endpointPort. Single node: a local one.
   bool multiNode = false;
   std::string endpointHost;
   int endpointPort = 0;
@@ -59,6 +66,8 @@ struct LaunchConfig {
   LogOptions log;
   std::string logLevel = "warning";
   std::string eventLogHandler = "null";  // "null" or "console" (JSON lines on stderr)
+
+  // CPU placement (--numa-binding)
   std::string numaBinding;               // "", node, socket, exclusive, core-complex
   std::vector<std::vector<int>> workerCpus;  // its CPUs per local rank; empty: no binding
 

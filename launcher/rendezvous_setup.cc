@@ -36,22 +36,22 @@ void decideRendezvous(LaunchConfig& cfg, const RendezvousFlags& flags) {
     if (host->empty()) continue;
     if (auto problem = hostProblem(*host)) throw ConfigError(std::string(flag) + " '" + printable(*host, 64) + "' " + *problem);
   }
-  cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend == "grpc" || cfg.rdzvBackend == "etcd" || cfg.maxNodes > 1);
+  cfg.multiNode = !cfg.standalone && (cfg.rdzvBackend != RdzvBackend::kStatic || cfg.maxNodes > 1);
   if (!cfg.multiNode) {
     if (!cfg.localAddr.empty()) cfg.masterAddr = cfg.localAddr;
     return;
   }
-  if (cfg.rdzvBackend == "etcd") {
+  if (cfg.rdzvBackend == RdzvBackend::kEtcd) {
     // A list of etcd members (h1:2379,h2:2379); each is checked when the agent connects.
     if (cfg.rdzvEndpoint.empty()) throw ConfigError("--rdzv_backend=etcd needs --rdzv_endpoint HOST[:PORT][,HOST[:PORT]...]");
     std::tie(cfg.endpointHost, cfg.endpointPort) = parseEndpoint(split(cfg.rdzvEndpoint, ',').front(), 2379);
     return;
   }
-  if (cfg.rdzvBackend == "grpc") {
+  if (cfg.rdzvBackend == RdzvBackend::kGrpc) {
     if (cfg.rdzvEndpoint.empty() && cfg.maxNodes > 1) {
       // torchrun would use localhost:29400 here too, and every node would wait for the others
       // at its own address until the join timeout: refused at once instead.
-      throw ConfigError("--rdzv_backend=" + cfg.rdzvBackend + " with more than one node needs --rdzv_endpoint HOST[:PORT]");
+      throw ConfigError("--rdzv_backend=grpc with more than one node needs --rdzv_endpoint HOST[:PORT]");
     }
     if (cfg.rdzvEndpoint.empty()) cfg.rdzvEndpoint = "localhost";  // one node: torchrun's default, localhost:29400
     std::tie(cfg.endpointHost, cfg.endpointPort) = parseEndpoint(cfg.rdzvEndpoint, kDefaultRendezvousPort);

@@ -1,4 +1,4 @@
-// The decisions that take several flags at once: one node or many, static or gRPC rendezvous,
+// The decisions that take several flags at once: one node or many, which rendezvous backend,
 // where it is and who hosts it, the run id and MASTER_ADDR. Pure; whether the chosen endpoint
 // resolves is checked separately (checkResolvable), as it asks the resolver.
 #pragma once
@@ -20,7 +20,7 @@ struct RendezvousFlags {
   std::function<std::string()> freshRunId;  // a standalone job's id when none is given
 };
 
-// From cfg's standalone, rdzvBackend ("static" or "grpc"), rdzvEndpoint, minNodes, maxNodes,
+// From cfg's standalone, rdzvBackend, rdzvEndpoint, minNodes, maxNodes,
 // nodeRank, masterAddr, masterPort and localAddr, sets runId, multiNode, endpointHost,
 // endpointPort and isHost, and for --standalone minNodes, maxNodes and masterAddr.
 // Throws ConfigError on a combination that cannot work.

@@ -5,7 +5,7 @@ Usage: test_summary.py CTEST_CONSOLE_LOG LAST_TEST_LOG
   CTEST_CONSOLE_LOG: ctest's console output (the "N/M Test #K: name ... Passed" lines);
   LAST_TEST_LOG:     build/Testing/Temporary/LastTest.log (every test's full output).
 Skips are reported by the tests themselves: C++ test cases through DDPRUN_SKIP
-(tests/unit/test_skip.h), Python tests through self.skipTest (tests/unittest_main.py); both print
+(tests/support/test_skip.h), Python tests through self.skipTest (tests/support/unittest_main.py); both print
 "SKIPPED: <test>: <reason>". A ctest test whose tests were all skipped exits 77 and ctest reports
 it "Skipped"; a Python file with some skipped tests passes in ctest, and its skipped tests are
 listed here too, so the counts below never count a skipped test as passed.

@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/store_limits.h"
 #include "store/store_session_client.h"
 

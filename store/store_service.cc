@@ -8,7 +8,7 @@
 #include <new>
 
 #include "common/error.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/store_session.h"
 #include "store/store_session_ops.h"
 
@@ -172,17 +172,10 @@ grpc::Status StoreService::checkCaller(grpc::CallbackServerContext* context) con
 }
 
 grpc::Status StoreService::tokenStatus(grpc::CallbackServerContext* context) const {
-  if (!options_.token.empty()) {
-    const auto& metadata = context->client_metadata();
-    auto it = metadata.find(kTokenMetadataKey);
-    const bool ok = it != metadata.end() &&
-                    constantTimeEquals(std::string_view(it->second.data(), it->second.size()),
-                                       options_.token);
-    if (!ok) {
-      // Never log the token itself, not even the wrong one: it may be a near miss.
-      spdlog::warn("store: refused a call from {}: missing or wrong job token", context->peer());
-      return {grpc::StatusCode::UNAUTHENTICATED, "invalid job token"};
-    }
+  if (!tokenAuthorized(*context, options_.token)) {
+    // Never log the token itself, not even the wrong one: it may be a near miss.
+    spdlog::warn("store: refused a call from {}: missing or wrong job token", context->peer());
+    return {grpc::StatusCode::UNAUTHENTICATED, "invalid job token"};
   }
   return grpc::Status::OK;
 }

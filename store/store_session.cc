@@ -3,7 +3,7 @@
 #include <chrono>
 #include <utility>
 
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/store_service.h"
 #include "store/store_session_ops.h"
 

@@ -1,13 +1,13 @@
 #include "store/store_session_client.h"
 
 #include <algorithm>
-#include <random>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/backoff.h"
 #include "common/error.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 
 namespace ddprun::detail {
 
@@ -184,8 +184,7 @@ std::shared_ptr<StoreSessionClient::Stream> StoreSessionClient::stream() {
 
 void StoreSessionClient::connect() {
   const auto deadline = Clock::now() + options_.connectTimeout;
-  std::mt19937_64 rng(std::random_device{}());
-  milliseconds backoff = kFirstBackoff;
+  Backoff backoff(kFirstBackoff, kMaxBackoff);
   for (;;) {
     auto state = channel_->GetState(/*try_to_connect=*/true);
     // Let this attempt resolve: IDLE and CONNECTING are on the way to READY or a failure.
@@ -201,10 +200,7 @@ void StoreSessionClient::connect() {
       throw ConnectionError("cannot connect to the store at " + options_.address + " within " +
                             std::to_string(options_.connectTimeout.count()) + " ms");
     }
-    std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    const auto sleep = std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng));
-    std::this_thread::sleep_for(std::min(sleep, left));
-    backoff = std::min(backoff * 2, kMaxBackoff);
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff.next(), left));
   }
 }
 

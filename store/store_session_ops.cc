@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "common/ids.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 
 namespace ddprun::detail {
 

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "store/etcd/etcd_watch.h"
+#include "etcd/etcd_watch.h"
 
 namespace ddp {
 

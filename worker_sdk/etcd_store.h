@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "store/etcd/etcd_client.h"
+#include "etcd/etcd_client.h"
 #include "worker_sdk/store.h"
 
 namespace ddp {

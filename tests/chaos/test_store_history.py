@@ -24,7 +24,6 @@ import sys
 import time
 import uuid
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
 
 import ddprun_testlib as tl  # noqa: E402
 import multinode_lib as ml  # noqa: E402

@@ -19,7 +19,6 @@ import sys
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_lib as el  # noqa: E402
 
 TRAIN = os.path.join(el.BIN_DIR, "train")

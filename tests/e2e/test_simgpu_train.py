@@ -18,7 +18,6 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_lib as el  # noqa: E402
 
 TEST_BIN = os.environ.get("DDPRUN_TEST_BIN") or os.path.join(os.path.dirname(el.BIN_DIR), "test-bin")

@@ -19,7 +19,6 @@ from e2e_lib import DDP_TRAIN, E2ETestCase, read_json
 ATOL = 1e-5
 EPOCHS = 6
 
-sys.path.insert(0, e2e_lib.EXAMPLES)
 import ddp_train  # noqa: E402  (the example script, imported for the in-process reference)
 import torch  # noqa: E402
 

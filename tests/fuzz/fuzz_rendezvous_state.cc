@@ -1,4 +1,4 @@
-// Fuzz target: the rendezvous rules, RendezvousState (rendezvous/state_machine.h), driven by event
+// Fuzz target: the rendezvous rules, RendezvousState (rendezvous/rules/state_machine.h), driven by event
 // sequences decoded from the input: rules (kept only when validateRules accepts them, as the
 // service does), then join / heartbeat / worker failed / succeeded / leave / tick, with six node
 // ids, ranks and rounds near the real ones, and time that moves forward by amounts near the rules'
@@ -31,7 +31,7 @@
 #include <variant>
 #include <vector>
 
-#include "rendezvous/state_machine.h"
+#include "rendezvous/rules/state_machine.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

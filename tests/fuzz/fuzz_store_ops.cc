@@ -29,7 +29,7 @@
 #include "common/ids.h"
 #include "common/strings.h"
 #include "ddprun/v1/store.pb.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/run_scoped_store.h"
 #include "store/store_session_ops.h"
 #include "tests/fuzz/fuzz_input.h"

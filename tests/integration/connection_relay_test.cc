@@ -1,7 +1,7 @@
 // The connection relay with real sockets (socket pairs stand in for the client's TCP connection;
 // no gRPC): bytes pass both ways unchanged and in order, large transfers fill the bounded buffers
 // without loss, half-closes pass through, and a flood of streams cuts the connection.
-#include "rendezvous/connection_relay.h"
+#include "netguard/connection_relay.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-// The agent's gRPC backend (rendezvous/grpc_rendezvous.h) against servers of two versions: one
+// The agent's gRPC backend (rendezvous/client/grpc_rendezvous.h) against servers of two versions: one
 // that holds the next round for WorkersStopped (RoundAssigned.awaits_stopped, the hand-over of
 // docs/rendezvous.md) and an older one that does not know the message and would end the session
 // on it ("empty or unknown message"). The agent sends the report only to the first.
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <future>
 
-#include "rendezvous/grpc_rendezvous.h"
+#include "rendezvous/client/grpc_rendezvous.h"
 #include "rendezvous_test_harness.h"
 
 using namespace ddprun::test;

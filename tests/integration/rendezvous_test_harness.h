@@ -33,8 +33,8 @@
 #include "common/error.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
-#include "store/grpc_util.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rpc/grpc_util.h"
+#include "rendezvous/server/rendezvous_server.h"
 #include "store/store_client.h"
 #include "safety_bound.h"
 

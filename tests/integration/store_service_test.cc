@@ -18,7 +18,7 @@
 
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/store_client.h"
 #include "store/store_service.h"
 #include "safety_bound.h"

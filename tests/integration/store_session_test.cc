@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ddprun/v1/store.grpc.pb.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/store_service.h"
 #include "safety_bound.h"
 

@@ -5,8 +5,6 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from etcd_cluster import EtcdCluster, etcd_available  # noqa: E402
 import unittest_main  # noqa: E402
 

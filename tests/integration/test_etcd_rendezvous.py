@@ -10,8 +10,6 @@ import unittest
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
-sys.path.insert(0, os.path.join(HERE, ".."))
 import ddprun_testlib as tl  # noqa: E402
 import multinode_lib as ml  # noqa: E402
 import unittest_main  # noqa: E402
@@ -393,7 +391,6 @@ class EtcdJobsTest(EtcdTestBase):
     def test_a_scale_up_round_starts_only_after_the_old_workers_are_gone_on_every_node(self):
         # The hand-over (docs/rendezvous.md) through etcd: a's and b's workers outlive SIGTERM by
         # 1 s; c, joining, has none to stop, and its first workers must wait for theirs.
-        sys.path.insert(0, os.path.join(HERE, "..", "chaos"))
         import chaos_lib as cl
         life = self.write_file("life.py", cl.LIFE_WORKER)
         conf = "heartbeat_timeout=4,last_call_timeout=0.5"

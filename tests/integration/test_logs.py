@@ -3,14 +3,17 @@ intact and in order under heavy output, per-attempt per-rank log files with --lo
 --redirects, --tee (also per-rank maps) and --local_ranks_filter."""
 
 import glob
+import importlib.util
 import os
 import re
-import sys
 
 from ddprun_testlib import WORKERS, DdprunTestCase, hostname, main, worker
 
-sys.path.insert(0, WORKERS)
-from print_lines import line_text  # noqa: E402  (the same text the worker prints)
+# The same text the worker prints: its own line_text, loaded from the worker file.
+_spec = importlib.util.spec_from_file_location("print_lines", os.path.join(WORKERS, "print_lines.py"))
+_print_lines = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_print_lines)
+line_text = _print_lines.line_text
 
 # Prints one tagged line to stdout and one to stderr; the tags name rank and attempt.
 TAGGED = """

@@ -22,7 +22,6 @@ import unittest
 import ddprun_testlib as tl
 from ddprun_testlib import main
 
-sys.path.insert(0, os.path.join(tl.REPO, "scripts"))
 import slurm_cluster  # noqa: E402
 
 DDP_TRAIN = os.path.join(tl.REPO, "examples", "torch", "ddp_train.py")

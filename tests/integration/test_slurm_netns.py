@@ -27,7 +27,6 @@ import ddprun_testlib as tl
 from ddprun_testlib import main
 from test_netns import make_test_hosts
 
-sys.path.insert(0, os.path.join(tl.REPO, "scripts"))
 import slurm_cluster  # noqa: E402
 
 DDP_TRAIN = os.path.join(tl.REPO, "examples", "torch", "ddp_train.py")

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tests/simgpu/simgpu.h"
-#include "tests/unit/sdk_ranks.h"
+#include "tests/support/sdk_ranks.h"
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/in_process_store.h"
 

@@ -1,9 +1,9 @@
-#include "rendezvous/abuse_guard.h"
+#include "netguard/abuse_guard.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
 
-#include "rendezvous/http2_frames.h"
+#include "netguard/http2_frames.h"
 
 using ddprun::AbuseLimits;
 using ddprun::AddressPenalties;

@@ -88,7 +88,7 @@ TEST_CASE("cli slurm: no flags, everything from the step", "[slurm][cli]") {
   CHECK(cfg.masterPort == 14242);
   CHECK(cfg.runId == "slurm-4242.0.r0");
   CHECK(cfg.multiNode);
-  CHECK(cfg.rdzvBackend == "static");
+  CHECK(cfg.rdzvBackend == ddprun::RdzvBackend::kStatic);
   CHECK(cfg.endpointHost == "localhost");
   CHECK(cfg.endpointPort == 14242);
   CHECK(cfg.isHost == std::optional<bool>(false));

@@ -215,7 +215,7 @@ TEST_CASE("without --standalone: run id none, MASTER_ADDR 127.0.0.1, port 29500"
   CHECK(cfg.masterAddr == "127.0.0.1");
   CHECK(cfg.masterPort == 29500);
   CHECK_FALSE(cfg.masterPortGiven);
-  CHECK(cfg.rdzvBackend == "static");
+  CHECK(cfg.rdzvBackend == ddprun::RdzvBackend::kStatic);
   CHECK(cfg.maxRestarts == 0);
   CHECK(cfg.role == "default");
   CHECK(cfg.shutdownTimeoutSeconds == 30.0);
@@ -293,7 +293,7 @@ TEST_CASE("seconds flags and compatibility flags are checked", "[cli]") {
 TEST_CASE("flag --rdzv_backend accepts static, and grpc with c10d as an alias", "[cli]") {
   CleanPetEnv clean;
   auto cfg = parseRun({"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:29401", "/bin/true"});
-  CHECK(cfg.rdzvBackend == "grpc");
+  CHECK(cfg.rdzvBackend == ddprun::RdzvBackend::kGrpc);
   CHECK(cfg.multiNode);
   CHECK(cfg.endpointHost == "127.0.0.1");
   CHECK(cfg.endpointPort == 29401);

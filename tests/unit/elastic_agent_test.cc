@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "fake_process_supervisor.h"
-#include "rendezvous/local_rendezvous.h"
+#include "rendezvous/client/local_rendezvous.h"
 #include "test_util.h"
 
 using ddprun::AgentOptions;

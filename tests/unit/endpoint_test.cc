@@ -1,4 +1,4 @@
-// parseEndpoint and joinHostPort (rendezvous/rendezvous_server.h): the --rdzv_endpoint forms
+// parseEndpoint and joinHostPort (rendezvous/server/rendezvous_server.h): the --rdzv_endpoint forms
 // "host", "host:port", "[v6]:port" and a bare IPv6 address, and every malformed one as ConfigError.
 #include <catch2/catch.hpp>
 

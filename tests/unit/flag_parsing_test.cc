@@ -114,11 +114,13 @@ TEST_CASE("checkStartMethod accepts torchrun's start methods", "[cli][flag_parsi
 }
 
 TEST_CASE("parseRdzvBackend: static, grpc, c10d as an alias of grpc, etcd and torch's etcd-v2 as etcd", "[cli][flag_parsing]") {
-  CHECK(ddprun::parseRdzvBackend("static") == "static");
-  CHECK(ddprun::parseRdzvBackend("etcd") == "etcd");
-  CHECK(ddprun::parseRdzvBackend("etcd-v2") == "etcd");
-  CHECK(ddprun::parseRdzvBackend("grpc") == "grpc");
-  CHECK(ddprun::parseRdzvBackend("c10d") == "grpc");
+  using ddprun::RdzvBackend;
+  CHECK(ddprun::parseRdzvBackend("static") == RdzvBackend::kStatic);
+  CHECK(ddprun::parseRdzvBackend("etcd") == RdzvBackend::kEtcd);
+  CHECK(ddprun::parseRdzvBackend("etcd-v2") == RdzvBackend::kEtcd);
+  CHECK(ddprun::parseRdzvBackend("grpc") == RdzvBackend::kGrpc);
+  CHECK(ddprun::parseRdzvBackend("c10d") == RdzvBackend::kGrpc);
+  CHECK(std::string(ddprun::backendName(RdzvBackend::kEtcd)) == "etcd");
   CHECK_THROWS_WITH(ddprun::parseRdzvBackend("etcd-v3"), "--rdzv_backend 'etcd-v3': expected static, grpc, c10d, etcd or etcd-v2");
   CHECK_THROWS_AS(ddprun::parseRdzvBackend(""), ConfigError);
 }

@@ -1,7 +1,7 @@
 // LocalRendezvous is a driver of RendezvousState (whose rules state_machine*_test.cc cover, the
 // one-node job included). These tests check the driving: callbacks only through post, the state's
 // notices delivered as listener calls, a master port per round, reports the rules refuse dropped.
-#include "rendezvous/local_rendezvous.h"
+#include "rendezvous/client/local_rendezvous.h"
 
 #include <catch2/catch.hpp>
 #include <deque>

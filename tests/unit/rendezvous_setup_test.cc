@@ -69,7 +69,7 @@ TEST_CASE("standalone: one node, a fresh run id, MASTER_ADDR localhost", "[cli][
   Flags f;
   LaunchConfig cfg = nodes(2, 4);
   cfg.standalone = true;
-  cfg.rdzvBackend = "grpc";  // a standalone job has a rendezvous of its own
+  cfg.rdzvBackend = ddprun::RdzvBackend::kGrpc;  // a standalone job has a rendezvous of its own
   decideRendezvous(cfg, f.flags("", "2:4"));
   CHECK(cfg.minNodes == 1);
   CHECK(cfg.maxNodes == 1);
@@ -89,13 +89,13 @@ TEST_CASE("standalone: one node, a fresh run id, MASTER_ADDR localhost", "[cli][
 TEST_CASE("grpc: needs an endpoint for several nodes, port 29400 unless given", "[cli][rendezvous_setup]") {
   Flags f;
   LaunchConfig one;
-  one.rdzvBackend = "grpc";
+  one.rdzvBackend = ddprun::RdzvBackend::kGrpc;
   decideRendezvous(one, f.flags());  // one node: torchrun's localhost:29400
   CHECK(one.endpointHost == "localhost");
   CHECK(one.endpointPort == 29400);
 
   LaunchConfig cfg;
-  cfg.rdzvBackend = "grpc";
+  cfg.rdzvBackend = ddprun::RdzvBackend::kGrpc;
   cfg.maxNodes = 2;
   CHECK_THROWS_WITH(decideRendezvous(cfg, f.flags()),
                     "--rdzv_backend=grpc with more than one node needs --rdzv_endpoint HOST[:PORT]");
@@ -108,7 +108,7 @@ TEST_CASE("grpc: needs an endpoint for several nodes, port 29400 unless given", 
   CHECK_FALSE(cfg.isHost.has_value());  // decided later, by whether the endpoint is local
 
   LaunchConfig elastic = nodes(1, 4);
-  elastic.rdzvBackend = "grpc";
+  elastic.rdzvBackend = ddprun::RdzvBackend::kGrpc;
   elastic.rdzvEndpoint = "[::1]:29401";
   elastic.isHost = true;  // from --rdzv_conf is_host
   decideRendezvous(elastic, f.flags("", "1:4"));
@@ -194,11 +194,11 @@ TEST_CASE("addresses: --local_addr and --master_addr are hosts; a port or garbag
 TEST_CASE("etcd: multi-node even for one node, needs an endpoint list, port 2379 unless given", "[cli][rendezvous_setup]") {
   Flags f;
   LaunchConfig none;
-  none.rdzvBackend = "etcd";
+  none.rdzvBackend = ddprun::RdzvBackend::kEtcd;
   CHECK_THROWS_WITH(decideRendezvous(none, f.flags()),
                     "--rdzv_backend=etcd needs --rdzv_endpoint HOST[:PORT][,HOST[:PORT]...]");
   LaunchConfig cfg = nodes(2, 4);
-  cfg.rdzvBackend = "etcd";
+  cfg.rdzvBackend = ddprun::RdzvBackend::kEtcd;
   cfg.rdzvEndpoint = "h1,h2:2380,h3:2379";
   decideRendezvous(cfg, f.flags("job42", "2:4"));
   CHECK(cfg.multiNode);

@@ -20,7 +20,7 @@
 #include "worker_sdk/in_process_store.h"
 #include "worker_sdk/source_address.h"
 #include "safety_bound.h"
-#include "sdk_ranks.h"
+#include "tests/support/sdk_ranks.h"
 
 using Catch::Matchers::Contains;
 using ddp::DataType;

@@ -13,7 +13,7 @@
 #include "worker_sdk/communicator.h"
 #include "worker_sdk/gradient_reducer.h"
 #include "worker_sdk/in_process_store.h"
-#include "sdk_ranks.h"
+#include "tests/support/sdk_ranks.h"
 
 using namespace std::chrono_literals;
 

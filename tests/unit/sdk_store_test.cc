@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "store/grpc_util.h"
+#include "rpc/grpc_util.h"
 #include "store/store_service.h"
 #include "worker_sdk/in_process_store.h"
 #include "worker_sdk/prefix_store.h"

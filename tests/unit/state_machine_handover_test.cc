@@ -1,4 +1,4 @@
-// The hand-over between rounds (rendezvous/state_machine.h): after an interruption the next round
+// The hand-over between rounds (rendezvous/rules/state_machine.h): after an interruption the next round
 // closes only once every member of the old one reported its workers stopped, left for good, or
 // was evicted. Nodes join with reportsStopped set, as ddprun's agents do; one without it (an older
 // agent) is not waited for.

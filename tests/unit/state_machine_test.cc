@@ -1,4 +1,4 @@
-// Unit tests of the rendezvous state machine (rendezvous/state_machine.h): every rule of DESIGN.md
+// Unit tests of the rendezvous state machine (rendezvous/rules/state_machine.h): every rule of DESIGN.md
 // "Rendezvous", driven by a fake clock in microseconds. Notices are rendered to one line each so a
 // test can state exactly who gets what (round, ranks, offsets, world size, restart count, master)
 // and Catch prints the whole batch when it differs.

@@ -2,7 +2,7 @@
 // each, and drivers that join, heartbeat and tick a RendezvousState on a fake clock.
 #pragma once
 
-#include "rendezvous/state_machine.h"
+#include "rendezvous/rules/state_machine.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>

@@ -2,7 +2,7 @@
 // made valid (status 1..255, a description of one bounded line).
 #include <catch2/catch.hpp>
 
-#include "rendezvous/worker_failure_message.h"
+#include "rendezvous/wire/worker_failure_message.h"
 
 using ddprun::WorkerFailure;
 

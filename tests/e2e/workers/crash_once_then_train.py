@@ -3,13 +3,14 @@
 CRASH_EPOCH. On a restart it trains to completion like the clean script.
 Usage: crash_once_then_train.py [ddp_train.py arguments]"""
 
+import importlib.util
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples", "torch"))
-
-import ddp_train  # noqa: E402
+# The example itself, from the checkout (a worker runs with whatever environment its test gave).
+_EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "torch", "ddp_train.py")
+_spec = importlib.util.spec_from_file_location("ddp_train", _EXAMPLE)
+ddp_train = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ddp_train)
 
 CRASH_EPOCH = 2
 

@@ -8,8 +8,8 @@
 #include "etcd_test_cluster.h"
 #include "safety_bound.h"
 #include "common/error.h"
-#include "store/etcd/etcd_client.h"
-#include "store/etcd/etcd_watch.h"
+#include "etcd/etcd_client.h"
+#include "etcd/etcd_watch.h"
 #include "test_skip.h"
 
 using namespace ddprun;

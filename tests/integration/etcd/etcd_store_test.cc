@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "etcd_test_cluster.h"
-#include "store/etcd/etcd_client.h"
+#include "etcd/etcd_client.h"
 #include "safety_bound.h"
 #include "test_skip.h"
 #include "worker_sdk/env.h"

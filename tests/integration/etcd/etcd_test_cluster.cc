@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "common/strings.h"
-#include "store/etcd/etcd_client.h"
+#include "etcd/etcd_client.h"
 
 namespace ddprun::test {
 

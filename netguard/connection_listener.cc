@@ -1,0 +1,444 @@
+#include "netguard/connection_listener.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_posix.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "common/net.h"
+#include "common/unique_fd.h"
+#include "netguard/connection_relay.h"
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The HTTP/2 connection preface every gRPC client sends first.
+constexpr std::size_t kPrefaceBytes = 24;
+
+std::size_t openFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<std::size_t>(limit.rlim_cur);
+}
+
+// Descriptors this process has open now (the entries of /proc/self/fd, less the one reading it).
+std::size_t openFdCount() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return 0;
+  std::size_t n = 0;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(dir);
+  return n > 0 ? n - 1 : 0;
+}
+
+// Listens on every address `host` resolves to ("localhost" may be 127.0.0.1 and ::1), as gRPC's
+// own listener did; with port 0 the first socket picks the port and the others take the same.
+std::vector<UniqueFd> bindListeners(const std::string& host, int port, int* boundPort) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* results = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
+  if (rc != 0) throw ConnectionError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  std::vector<UniqueFd> socks;
+  std::string error = "no address";
+  *boundPort = port;
+  // "::" alone listens dual-stack, as before; only beside an IPv4 address of its own (localhost)
+  // does an IPv6 socket keep to IPv6.
+  bool anyV4 = false;
+  for (addrinfo* ai = results; ai; ai = ai->ai_next) anyV4 = anyV4 || ai->ai_family == AF_INET;
+  for (addrinfo* ai = results; ai; ai = ai->ai_next) {
+    UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+    if (!sock) continue;
+    int one = 1;
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6 && anyV4) ::setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    sockaddr_storage addr{};
+    std::memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    const uint16_t chosen = htons(static_cast<uint16_t>(*boundPort));
+    if (addr.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = chosen;
+    if (addr.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&addr)->sin_port = chosen;
+    if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), ai->ai_addrlen) != 0 || ::listen(sock.get(), 4096) != 0) {
+      error = std::strerror(errno);
+      if (socks.empty()) continue;
+      ::freeaddrinfo(results);
+      throw ConnectionError("cannot listen on " + joinHostPort(host, *boundPort) + ": " + error);
+    }
+    socklen_t len = sizeof(addr);
+    ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    *boundPort = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    socks.push_back(std::move(sock));
+  }
+  ::freeaddrinfo(results);
+  if (socks.empty()) throw ConnectionError("cannot listen on " + joinHostPort(host, port) + ": " + error);
+  return socks;
+}
+
+}  // namespace
+
+class ConnectionListener::Impl {
+ public:
+  explicit Impl(ConnectionListenerOptions options) : options_(std::move(options)) {
+    listen_ = bindListeners(options_.host, options_.port, &port_);
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw DDPRUN_SYSTEM_ERROR("pipe");
+    wakeRead_.reset(fds[0]);
+    wakeWrite_.reset(fds[1]);
+    spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+
+  ~Impl() { stop(); }
+
+  int port() const { return port_; }
+
+  void start(grpc::Server* server) {
+    server_ = server;
+    if (options_.relay) {
+      relay_ = std::make_unique<ConnectionRelay>(options_.abuse, [this](const std::string& address, const std::string& why) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.relayCutForAbuse;
+        }
+        penalize(address, "it " + why);
+      });
+    }
+    baseline_ = openFdCount();
+    estimate_ = baseline_;
+    firstNumber_ = static_cast<int>(std::max<std::size_t>(64, baseline_ + 32));
+    cursor_ = firstNumber_;
+    thread_ = std::thread([this] { run(); });
+  }
+
+  void stop() {
+    if (!thread_.joinable()) return;
+    (void)!::write(wakeWrite_.get(), "x", 1);
+    thread_.join();
+    pending_.clear();  // closes them
+    listen_.clear();
+    relay_.reset();  // closes the relayed connections: gRPC sees them end
+  }
+
+  ConnectionListenerStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  std::string peerAddress(const std::string& grpcPeer) const {
+    const int fd = fdOfPeer(grpcPeer);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = handed_.find(fd);
+    return it == handed_.end() ? std::string() : it->second.address;
+  }
+
+  bool admitCall(const std::string& grpcPeer, bool authenticated) {
+    const int fd = fdOfPeer(grpcPeer);
+    const auto now = Clock::now();
+    enum class Then { kNothing, kTrust, kCut } then = Then::kNothing;
+    bool admitted = true;
+    uint64_t relayId = 0;
+    std::string address, why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = handed_.find(fd);
+      if (it == handed_.end()) return true;
+      Handed& h = it->second;
+      const bool closedBefore = h.budget.refused();
+      admitted = h.budget.admit(now, authenticated, options_.abuse);
+      relayId = h.relayId;
+      if (admitted) {
+        if (authenticated && !h.trusted && relayId != 0) {
+          h.trusted = true;  // its first call with the token: the relay lets it open more streams
+          then = Then::kTrust;
+        }
+      } else if (!closedBefore) {
+        if (relayId == 0) {
+          // Under the lock that handOver takes: the descriptor cannot have passed to a newer
+          // connection of ours meanwhile, and the inode tells whether it is still this socket
+          // (gRPC closes a connection's descriptor when the connection ends; the number is reused).
+          struct stat st{};
+          if (::fstat(fd, &st) == 0 && st.st_ino == h.inode) ::shutdown(fd, SHUT_RDWR);
+        }
+        ++stats_.closedForAbuse;
+        address = h.address;
+        why = h.budget.why();
+        then = Then::kCut;
+      }
+    }
+    if (then == Then::kTrust) relay_->trust(relayId);
+    if (then == Then::kCut) {
+      if (relayId != 0) relay_->close(relayId);
+      penalize(address, "it made " + why);
+    }
+    return admitted;
+  }
+
+  // `address` broke the limits: refuse it for a while, and say so.
+  void penalize(const std::string& address, const std::string& why) {
+    std::chrono::milliseconds penalty{0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      penalty = penalties_.offended(address, Clock::now(), options_.abuse);
+    }
+    spdlog::warn("rendezvous: closed a connection from {}: {}; refusing the address for {} ms", address, why,
+                 penalty.count());
+  }
+
+ private:
+  struct Pending {
+    UniqueFd fd;
+    std::string address;
+    Clock::time_point deadline;
+    Clock::time_point nextPeek;  // a partial preface: look again then, not in a busy loop
+  };
+
+  // Connections open now, counted by what holds descriptors. Cheap: /proc/self/fd is read only
+  // when the estimate (last count plus accepts since) reaches the cap.
+  std::size_t capNow() const {
+    const std::size_t limit = openFileLimit();
+    std::size_t cap = limit > options_.reserveFds ? limit - options_.reserveFds : 0;
+    if (options_.maxConnections > 0) cap = std::min(cap, baseline_ + options_.maxConnections);
+    return cap;
+  }
+
+  bool atCap() {
+    const std::size_t cap = capNow();
+    if (estimate_ + 1 < cap) return false;
+    estimate_ = openFdCount();
+    return estimate_ + 1 >= cap;
+  }
+
+  void run() {
+    std::chrono::milliseconds backoff{0};
+    while (true) {
+      auto now = Clock::now();
+      std::vector<pollfd> polls;
+      polls.push_back({wakeRead_.get(), POLLIN, 0});
+      for (const auto& l : listen_) polls.push_back({l.get(), backoff.count() > 0 ? short(0) : short(POLLIN), 0});
+      int timeout = backoff.count() > 0 ? static_cast<int>(backoff.count()) : 1000;
+      for (auto& p : pending_) {
+        auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(p.deadline, p.nextPeek) - now);
+        timeout = std::clamp<int>(static_cast<int>(wait.count()) + 1, 0, timeout);
+        polls.push_back({p.fd.get(), p.nextPeek <= now ? short(POLLIN) : short(0), 0});
+      }
+      int rc = ::poll(polls.data(), polls.size(), timeout);
+      if (rc < 0 && errno != EINTR) break;
+      if (polls[0].revents) break;  // stop()
+      now = Clock::now();
+      backoff = std::chrono::milliseconds(0);
+      checkPending(polls, now);  // first: the connections accepted below were not polled yet
+      for (std::size_t i = 0; i < listen_.size(); ++i) {
+        if (polls[1 + i].revents & POLLIN) backoff = std::max(backoff, acceptAll(listen_[i].get(), now));
+      }
+    }
+  }
+
+  // Accepts until the backlog is empty; returns how long to pause accepting (after an error).
+  std::chrono::milliseconds acceptAll(int listenFd, Clock::time_point now) {
+    for (int i = 0; i < 256; ++i) {
+      int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return std::chrono::milliseconds(0);
+        // EMFILE, ENFILE, ENOBUFS, ENOMEM: drain one connection through the spare descriptor so
+        // the backlog does not fill with clients that wait forever, and pause a little.
+        count(&ConnectionListenerStats::acceptErrors);
+        spdlog::warn("rendezvous: accept failed: {}; pausing new connections", std::strerror(errno));
+        spare_.reset();
+        UniqueFd dropped(::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC));
+        spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        return std::chrono::milliseconds(50);
+      }
+      UniqueFd conn(fd);
+      std::string address = peerOf(conn.get());
+      if (penalized(address, now)) continue;  // closed here, before it costs anything
+      if (atCap()) {
+        count(&ConnectionListenerStats::refusedAtCap);
+        const auto last = lastCapWarning_;
+        if (last == Clock::time_point{} || now - last > std::chrono::seconds(10)) {
+          lastCapWarning_ = now;
+          spdlog::warn("rendezvous: refusing connections: {} descriptors open, the limit for connections is {} "
+                       "(--max_connections, or raise the open-file limit)", estimate_, capNow());
+        }
+        continue;  // closed here: the client sees the connection end at once
+      }
+      estimate_ += relay_ ? 3 : 1;  // a relayed connection holds the client's socket and a pair
+      int one = 1;
+      ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now});
+    }
+    return std::chrono::milliseconds(0);
+  }
+
+  // Hands over the connections whose preface is there; closes the silent and the closed ones.
+  // polls[1 + listeners + i] is pending_[i]'s.
+  void checkPending(const std::vector<pollfd>& polls, Clock::time_point now) {
+    const std::size_t first = 1 + listen_.size();
+    DDPRUN_CHECK(polls.size() == pending_.size() + first, "every pending connection was polled");
+    std::vector<Pending> keep;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      Pending& p = pending_[i];
+      const short revents = polls[first + i].revents;
+      if (revents & POLLIN) {
+        char buf[kPrefaceBytes];
+        ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
+        if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
+          handOver(std::move(p.fd), std::move(p.address), now);
+          continue;
+        }
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          count(&ConnectionListenerStats::closedSilent);
+          continue;
+        }
+        p.nextPeek = now + std::chrono::milliseconds(20);
+      } else if (revents & (POLLERR | POLLHUP)) {
+        count(&ConnectionListenerStats::closedSilent);
+        continue;
+      }
+      if (now >= p.deadline) {
+        count(&ConnectionListenerStats::closedSilent);
+        continue;
+      }
+      keep.push_back(std::move(p));
+    }
+    pending_ = std::move(keep);
+  }
+
+  static int fdOfPeer(const std::string& grpcPeer) {
+    if (grpcPeer.rfind("fd:", 0) != 0) return -1;
+    return std::atoi(grpcPeer.c_str() + 3);
+  }
+
+  static std::string peerOf(int fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    char host[NI_MAXHOST] = "";
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
+    }
+    std::string peer = host;
+    if (peer.rfind("::ffff:", 0) == 0 && peer.find('.') != std::string::npos) peer = peer.substr(7);  // mapped IPv4
+    return peer;
+  }
+
+  bool penalized(const std::string& address, Clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!penalties_.refused(address, now)) return false;
+    ++stats_.refusedPenalized;
+    return true;
+  }
+
+  // gRPC knows a connection we hand over only as "fd:N". So that N names one connection for as
+  // long as its late calls may still be handled, connections get numbers from a cursor that
+  // goes round the whole descriptor range instead of the lowest free one, which a connection
+  // that just closed would have passed straight to the next.
+  UniqueFd renumbered(UniqueFd fd) {
+    const int limit = static_cast<int>(std::min<std::size_t>(openFileLimit(), 1 << 24));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (cursor_ < firstNumber_ || cursor_ >= limit) cursor_ = firstNumber_;
+      int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, cursor_);
+      if (moved >= 0) {
+        cursor_ = moved + 1;
+        return UniqueFd(moved);
+      }
+      cursor_ = firstNumber_;  // nothing free above the cursor: wrap around once
+    }
+    return fd;
+  }
+
+  void handOver(UniqueFd fd, std::string address, Clock::time_point now) {
+    uint64_t relayId = 0;
+    if (relay_) {
+      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired);
+      if (!added.grpcSide) {
+        count(&ConnectionListenerStats::acceptErrors);  // no socket pair: descriptors ran out
+        return;
+      }
+      fd = std::move(added.grpcSide);
+      relayId = added.id;
+    }
+    fd = renumbered(std::move(fd));
+    struct stat st{};
+    ::fstat(fd.get(), &st);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handed_.insert_or_assign(fd.get(), Handed{std::move(address), st.st_ino, CallBudget(now, options_.abuse), relayId});
+    }
+    // gRPC owns the descriptor from here on and closes it when the connection ends.
+    grpc::AddInsecureChannelFromFd(server_, fd.release());
+    count(&ConnectionListenerStats::handedOver);
+  }
+
+  void count(uint64_t ConnectionListenerStats::*field) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(stats_.*field);
+  }
+
+  ConnectionListenerOptions options_;
+  std::vector<UniqueFd> listen_;
+  UniqueFd wakeRead_;
+  UniqueFd wakeWrite_;
+  UniqueFd spare_;  // closed to accept (and drop) one connection when descriptors run out
+  int port_ = 0;
+  grpc::Server* server_ = nullptr;
+  std::thread thread_;
+  std::vector<Pending> pending_;  // accept thread only
+  std::size_t baseline_ = 0;      // descriptors open before the first connection
+  std::size_t estimate_ = 0;      // accept thread only
+  Clock::time_point lastCapWarning_{};  // accept thread only
+  mutable std::mutex mu_;
+  ConnectionListenerStats stats_;
+  // Connections handed to gRPC, by descriptor number: who connected, the socket's inode, and the
+  // call budget. An entry stays after its connection ended until the number is used again.
+  struct Handed {
+    std::string address;
+    ino_t inode = 0;
+    CallBudget budget;
+    uint64_t relayId = 0;  // its id in relay_, 0 when not relayed
+    bool trusted = false;  // relay_ was told of its first authenticated call
+  };
+  std::unordered_map<int, Handed> handed_;
+  AddressPenalties penalties_;
+  std::unique_ptr<ConnectionRelay> relay_;  // set in start() when options_.relay
+  int cursor_ = 0;       // accept thread only: where renumbered() looks for a free number first
+  int firstNumber_ = 0;  // the lowest number handed out: above the descriptors open at start
+};
+
+ConnectionListener::ConnectionListener(ConnectionListenerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+ConnectionListener::~ConnectionListener() = default;
+int ConnectionListener::port() const { return impl_->port(); }
+void ConnectionListener::start(grpc::Server* server) { impl_->start(server); }
+void ConnectionListener::stop() { impl_->stop(); }
+ConnectionListenerStats ConnectionListener::stats() const { return impl_->stats(); }
+std::string ConnectionListener::peerAddress(const std::string& grpcPeer) const { return impl_->peerAddress(grpcPeer); }
+bool ConnectionListener::admitCall(const std::string& grpcPeer, bool authenticated) {
+  return impl_->admitCall(grpcPeer, authenticated);
+}
+
+}  // namespace ddprun

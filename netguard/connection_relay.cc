@@ -1,0 +1,412 @@
+#include "netguard/connection_relay.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "netguard/http2_frames.h"
+
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Bytes on their way in one direction: appended at the back, written from the front.
+struct Buffer {
+  std::vector<char> bytes;
+  std::size_t start = 0;
+  std::size_t size() const { return bytes.size() - start; }
+  std::size_t room() const { return ConnectionRelay::kBufferBytes - size(); }
+  void consumed(std::size_t n) {
+    start += n;
+    if (start == bytes.size()) {
+      bytes.clear();
+      bytes.shrink_to_fit();  // most connections are idle most of the time: hold nothing then
+      start = 0;
+    }
+  }
+};
+
+struct Side {
+  UniqueFd fd;
+  bool readClosed = false;  // read 0 (EOF) from it
+  uint32_t interest = 0;    // events registered with epoll now
+};
+
+struct Relayed {
+  uint64_t id = 0;
+  std::string address;
+  Side client;
+  Side inner;       // our end of the socket pair; gRPC holds the other
+  Buffer toServer;  // read from client, written to inner
+  Buffer toClient;  // read from inner, written to client
+  Http2FrameScanner scanner;
+  TokenBucket streams;
+  TokenBucket control;
+  bool trusted = false;
+  // Streams of the chunk read last that wait for the untrusted connections' shared budget; while
+  // not 0 nothing more is read from the client and nothing is passed to gRPC.
+  double heldStreams = 0;
+  bool innerWriteShut = false;
+  bool clientWriteShut = false;
+};
+
+// epoll's data for a side: the connection's id and which side.
+uint64_t key(uint64_t id, bool inner) { return (id << 1) | (inner ? 1 : 0); }
+
+}  // namespace
+
+class ConnectionRelay::Impl {
+ public:
+  Impl(AbuseLimits limits, std::function<void(const std::string&, const std::string&)> onAbuse)
+      : limits_(limits),
+        onAbuse_(std::move(onAbuse)),
+        untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()) {
+    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+    wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!epoll_ || !wake_) throw DDPRUN_SYSTEM_ERROR("connection relay");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeKey;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake();
+    thread_.join();
+  }
+
+  Added add(UniqueFd client, const std::string& address, bool trusted) {
+    int pair[2];
+    // Both ends non-blocking: gRPC expects that of a descriptor it is given, as accept4 makes them.
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) return {};
+    UniqueFd inner(pair[0]), grpcSide(pair[1]);
+    ::fcntl(client.get(), F_SETFL, ::fcntl(client.get(), F_GETFL) | O_NONBLOCK);
+    auto r = std::make_unique<Relayed>(Relayed{0, address, Side{std::move(client)}, Side{std::move(inner)}, {}, {}, {},
+                                               TokenBucket(limits_.callsPerSecond,
+                                                           trusted ? limits_.callBurst : limits_.untrustedCallBurst,
+                                                           Clock::now()),
+                                               TokenBucket(limits_.controlFramesPerSecond, limits_.controlFrameBurst,
+                                                           Clock::now()),
+                                               trusted});
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = r->id = ++lastId_;
+      ++stats_.relayed;
+      ++stats_.open;
+      inbox_.push_back(std::move(r));
+    }
+    wake();
+    return {std::move(grpcSide), id};
+  }
+
+  void close(uint64_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closeRequests_.push_back(id);
+    }
+    wake();
+  }
+
+  void trust(uint64_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      trustRequests_.push_back(id);
+    }
+    wake();
+  }
+
+  ConnectionRelayStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  static constexpr uint64_t kWakeKey = ~uint64_t{0};
+  // Unauthenticated connections that may wait for the shared stream budget at once; more are
+  // closed (each holds three descriptors and a chunk while it waits).
+  static constexpr std::size_t kMaxHeld = 256;
+
+  void wake() {
+    uint64_t one = 1;
+    (void)!::write(wake_.get(), &one, sizeof(one));
+  }
+
+  void run() {
+    std::vector<epoll_event> events(256);
+    while (true) {
+      int timeout = -1;
+      if (!timers_.empty()) {
+        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - Clock::now());
+        timeout = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
+      }
+      int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
+      if (n < 0 && errno != EINTR) break;
+      // Requests first: a trust() or close() made before the client's next bytes were sent then
+      // applies to them, whatever order epoll reports the two in. The wake-up is consumed before
+      // the requests are read, so that none made meanwhile goes unnoticed.
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.u64 == kWakeKey) {
+          uint64_t count;
+          (void)!::read(wake_.get(), &count, sizeof(count));
+        }
+      }
+      if (!takeInbox()) break;
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.u64 == kWakeKey) continue;
+        auto it = conns_.find(events[i].data.u64 >> 1);
+        if (it == conns_.end()) continue;  // closed by an earlier event of this batch
+        serve(*it->second, (events[i].data.u64 & 1) != 0, events[i].events);
+      }
+      releaseDue();
+    }
+    conns_.clear();  // closes every descriptor
+  }
+
+  // New connections and close requests from other threads; false once stopping.
+  bool takeInbox() {
+    std::vector<std::unique_ptr<Relayed>> added;
+    std::vector<uint64_t> closing, trusting;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+      added.swap(inbox_);
+      closing.swap(closeRequests_);
+      trusting.swap(trustRequests_);
+    }
+    for (auto& r : added) {
+      const uint64_t id = r->id;
+      Relayed& ref = *r;
+      conns_.emplace(id, std::move(r));
+      update(ref);
+    }
+    for (uint64_t id : trusting) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      Relayed& r = *it->second;
+      r.trusted = true;
+      r.streams = TokenBucket(limits_.callsPerSecond, limits_.callBurst, Clock::now());
+      if (r.heldStreams > 0) release(r);
+    }
+    for (uint64_t id : closing) drop(id, false);
+    return true;
+  }
+
+  void serve(Relayed& r, bool innerSide, uint32_t events) {
+    Side& from = innerSide ? r.inner : r.client;
+    Buffer& in = innerSide ? r.toClient : r.toServer;
+    Buffer& out = innerSide ? r.toServer : r.toClient;
+    Side& to = innerSide ? r.client : r.inner;
+    bool progress = false;
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0) {
+      const char* abuse = nullptr;
+      bool overloaded = false;
+      if (!readInto(r, from, in, !innerSide, &progress, &abuse, &overloaded) || overloaded) return drop(r.id, false);
+      if (abuse) return cutForAbuse(r.id, abuse);
+    }
+    const bool held = r.heldStreams > 0;  // toServer waits for the shared budget
+    // A held client that hung up wants nothing more: its streams are not worth the budget.
+    if (held && !innerSide && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return drop(r.id, false);
+    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && out.size() > 0 && !(innerSide && held)) {
+      if (!writeFrom(from, out, &progress)) return drop(r.id, false);
+    }
+    // Pass on at once what was read (saves a round through epoll).
+    if (in.size() > 0 && !(!innerSide && held) && !writeFrom(to, in, &progress)) return drop(r.id, false);
+    if ((events & (EPOLLHUP | EPOLLERR)) && !progress) return drop(r.id, false);  // gone, nothing more to move
+    if (!finishHalfCloses(r)) return drop(r.id, false);
+    update(r);
+  }
+
+  // Reads what fits into `in`; from the client, counts frames against the limits and stops at
+  // the first chunk that breaks them (*abuse says which; that chunk is not passed on).
+  bool readInto(Relayed& r, Side& from, Buffer& in, bool fromClient, bool* progress, const char** abuse,
+                bool* overloaded) {
+    char chunk[65536];
+    while (in.room() > 0) {
+      const std::size_t want = std::min(sizeof(chunk), in.room());
+      ssize_t n = ::recv(from.fd.get(), chunk, want, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
+      }
+      *progress = true;
+      if (n == 0) {
+        from.readClosed = true;
+        return true;
+      }
+      if (fromClient) {
+        const auto counts = r.scanner.feed(chunk, static_cast<std::size_t>(n));
+        const auto now = Clock::now();
+        const char* why = nullptr;
+        if (counts.newStreams > 0 && !r.streams.take(static_cast<double>(counts.newStreams), now)) {
+          why = "opened streams faster than allowed";
+        } else if (counts.controlFrames > 0 && !r.control.take(static_cast<double>(counts.controlFrames), now)) {
+          why = "sent control frames (PING, SETTINGS, RST_STREAM...) faster than allowed";
+        }
+        if (why) {
+          *abuse = why;
+          return true;
+        }
+        if (!r.trusted && counts.newStreams > 0 && !untrusted_.take(static_cast<double>(counts.newStreams), now)) {
+          // All unauthenticated connections together are over their budget: hold this chunk and
+          // stop reading until the budget has refilled enough for it (releaseDue).
+          if (timers_.size() >= kMaxHeld) {
+            *abuse = nullptr;
+            *overloaded = true;  // too many wait already: this one is closed (no penalty)
+            return true;
+          }
+          in.bytes.insert(in.bytes.end(), chunk, chunk + n);
+          hold(r, static_cast<double>(counts.newStreams), now);
+          return true;
+        }
+      }
+      in.bytes.insert(in.bytes.end(), chunk, chunk + n);
+    }
+    return true;
+  }
+
+  void hold(Relayed& r, double streams, Clock::time_point now) {
+    r.heldStreams = streams;
+    const double rate = std::max(limits_.untrustedStreamsPerSecond, 1.0);
+    timers_.emplace(now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(streams / rate)),
+                    r.id);
+  }
+
+  // Passes on a held chunk and reads on.
+  void release(Relayed& r) {
+    r.heldStreams = 0;
+    bool progress = false;
+    if (!writeFrom(r.inner, r.toServer, &progress) || !finishHalfCloses(r)) return drop(r.id, false);
+    update(r);
+  }
+
+  void releaseDue() {
+    const auto now = Clock::now();
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+      const uint64_t id = timers_.begin()->second;
+      timers_.erase(timers_.begin());
+      auto it = conns_.find(id);
+      if (it == conns_.end() || it->second->heldStreams <= 0) continue;  // closed, or trusted meanwhile
+      Relayed& r = *it->second;
+      if (untrusted_.take(r.heldStreams, now)) {
+        release(r);
+      } else {
+        hold(r, r.heldStreams, now);
+      }
+    }
+  }
+
+  static bool writeFrom(Side& to, Buffer& out, bool* progress) {
+    while (out.size() > 0) {
+      ssize_t n = ::send(to.fd.get(), out.bytes.data() + out.start, out.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
+      }
+      *progress = true;
+      out.consumed(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  // A side that ended its writing: once everything it sent was passed on, end the other side's
+  // writing too. False when both sides are done: the connection is over.
+  static bool finishHalfCloses(Relayed& r) {
+    if (r.client.readClosed && r.toServer.size() == 0 && !r.innerWriteShut) {
+      ::shutdown(r.inner.fd.get(), SHUT_WR);
+      r.innerWriteShut = true;
+    }
+    if (r.inner.readClosed && r.toClient.size() == 0 && !r.clientWriteShut) {
+      ::shutdown(r.client.fd.get(), SHUT_WR);
+      r.clientWriteShut = true;
+    }
+    return !(r.innerWriteShut && r.clientWriteShut);
+  }
+
+  void update(Relayed& r) {
+    const bool held = r.heldStreams > 0;
+    setInterest(r, r.client, false,
+                (!r.client.readClosed && r.toServer.room() > 0 && !held ? EPOLLIN : 0u) | (held ? EPOLLRDHUP : 0u) |
+                    (r.toClient.size() > 0 ? EPOLLOUT : 0u));
+    setInterest(r, r.inner, true,
+                (!r.inner.readClosed && r.toClient.room() > 0 ? EPOLLIN : 0u) |
+                    (r.toServer.size() > 0 && !held ? EPOLLOUT : 0u));
+  }
+
+  void setInterest(Relayed& r, Side& side, bool inner, uint32_t events) {
+    if (side.interest == events + 1) return;  // +1: 0 means "not registered yet"
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = key(r.id, inner);
+    ::epoll_ctl(epoll_.get(), side.interest == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, side.fd.get(), &ev);
+    side.interest = events + 1;
+  }
+
+  void cutForAbuse(uint64_t id, const char* why) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    const std::string address = it->second->address;
+    drop(id, true);
+    if (onAbuse_) onAbuse_(address, why);
+  }
+
+  void drop(uint64_t id, bool abuse) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    // Closing the descriptors removes them from epoll. The client sees the connection end; gRPC
+    // sees its side of the pair end and cancels the connection's calls.
+    std::unique_ptr<Relayed> gone = std::move(it->second);
+    conns_.erase(it);
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_.open;
+    if (abuse) ++stats_.closedForAbuse;
+  }
+
+  AbuseLimits limits_;
+  std::function<void(const std::string&, const std::string&)> onAbuse_;
+  UniqueFd epoll_;
+  UniqueFd wake_;
+  TokenBucket untrusted_;  // streams of every connection not trusted yet, together
+  std::unordered_map<uint64_t, std::unique_ptr<Relayed>> conns_;  // relay thread only
+  std::multimap<Clock::time_point, uint64_t> timers_;            // held connections, by due time
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Relayed>> inbox_;
+  std::vector<uint64_t> closeRequests_;
+  std::vector<uint64_t> trustRequests_;
+  uint64_t lastId_ = 0;
+  bool stopping_ = false;
+  ConnectionRelayStats stats_;
+  std::thread thread_;
+};
+
+ConnectionRelay::ConnectionRelay(AbuseLimits limits,
+                                 std::function<void(const std::string& address, const std::string& why)> onAbuse)
+    : impl_(std::make_unique<Impl>(limits, std::move(onAbuse))) {}
+ConnectionRelay::~ConnectionRelay() = default;
+ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address, bool trusted) {
+  return impl_->add(std::move(client), address, trusted);
+}
+void ConnectionRelay::trust(uint64_t id) { impl_->trust(id); }
+void ConnectionRelay::close(uint64_t id) { impl_->close(id); }
+ConnectionRelayStats ConnectionRelay::stats() const { return impl_->stats(); }
+
+}  // namespace ddprun

@@ -1,0 +1,63 @@
+// Relays a client's connection to gRPC through a socket pair, reading the client's side as far as
+// HTTP/2 frame headers (http2_frames.h), so that a connection is cut the moment it opens streams
+// or sends control frames faster than AbuseLimits allow: before gRPC has read them, let alone made
+// calls of them. gRPC 1.51 reads whatever a connection sends and creates a call for each new
+// stream at once; a client that opens and resets streams in a loop (HTTP/2 rapid reset) grew the
+// daemon by gigabytes in seconds. Looking at calls in the handlers comes too late: the handlers
+// run seconds behind the reads under such a flood.
+//
+// The cost: two more descriptors per relayed connection (the client's socket and our end of the
+// pair) and one copy of each byte through one thread. The server relays where it is exposed (a
+// job token or a non-loopback address: RendezvousServerOptions::guard); buffers are bounded
+// (kBufferBytes each way), so a slow reader slows its writer instead of growing memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/unique_fd.h"
+#include "netguard/abuse_guard.h"
+
+namespace ddprun {
+
+struct ConnectionRelayStats {
+  uint64_t relayed = 0;         // connections ever added
+  uint64_t open = 0;            // connections relayed now
+  uint64_t closedForAbuse = 0;  // cut for breaking the stream or control-frame limits
+};
+
+class ConnectionRelay {
+ public:
+  static constexpr std::size_t kBufferBytes = 256 * 1024;
+  // `onAbuse(address, why)` runs on the relay's thread, with no lock of the relay held, after a
+  // connection was cut for breaking the limits.
+  ConnectionRelay(AbuseLimits limits, std::function<void(const std::string& address, const std::string& why)> onAbuse);
+  ~ConnectionRelay();  // closes every relayed connection
+  ConnectionRelay(const ConnectionRelay&) = delete;
+  ConnectionRelay& operator=(const ConnectionRelay&) = delete;
+
+  struct Added {
+    UniqueFd grpcSide;  // to give gRPC in the client's place; empty when no socket pair could be made
+    uint64_t id = 0;    // names the connection in close()
+  };
+  // Relays `client` (a connected socket from `address`; the relay owns it from here on). With
+  // `trusted` false the connection may open only untrustedCallBurst streams until trust(id).
+  Added add(UniqueFd client, const std::string& address, bool trusted);
+  // Cuts connection `id` (from any thread; the relay's thread closes it soon after). Unknown or
+  // closed ids are ignored.
+  void close(uint64_t id);
+  // Connection `id` made a call with a valid job token: from now on it may open callBurst streams
+  // at once instead of untrustedCallBurst (from any thread; takes effect soon after).
+  void trust(uint64_t id);
+  ConnectionRelayStats stats() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,78 @@
+// What the multi-node clients (gRPC and etcd) share above their transport: the fencing timing
+// and the fenced rounds, delivery of the rendezvous's notices to the agent's listener, the one
+// way this node's job ends, and the rejoin window. A transport reads notices (a stream, a watch)
+// and hands them here; it keeps only what is its own (connections, heartbeats or leases).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/exit_codes.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/client/rendezvous.h"
+
+namespace ddprun {
+
+// The fencing deadlines (docs/rendezvous.md, "Fencing"), as fractions of the heartbeat timeout H,
+// measured from the send time of the last message the rendezvous answered (a heartbeat on gRPC,
+// a lease renewal on etcd): it cannot have heard from the node before that, so it declares the
+// node dead no earlier than that time + H.
+struct FenceTiming {
+  std::chrono::milliseconds heartbeatInterval;  // H/8: a short freeze of the server must not fence
+  std::chrono::milliseconds agentFence;         // 5H/8: the agent stops the workers (SIGTERM)...
+  std::chrono::milliseconds agentKill;          // 3H/4: ...and SIGKILLs what is left
+  std::chrono::milliseconds watchdogKill;       // 13H/16: the watchdog, if the agent is frozen
+  static FenceTiming forHeartbeatTimeout(std::chrono::microseconds heartbeatTimeout);
+};
+
+class ClientCore {
+ public:
+  using Post = std::function<void(std::function<void()>)>;
+
+  ClientCore(Post post, std::chrono::microseconds heartbeatTimeout);
+
+  void setListener(RendezvousListener* listener) { listener_ = listener; }
+  const FenceTiming& timing() const { return timing_; }
+  // How long a node that lost the rendezvous may take to join again before its job ends (exit
+  // 200): 2 x heartbeat_timeout, long enough for the server to notice the old session's end.
+  std::chrono::milliseconds rejoinWindow() const { return rejoinWindow_; }
+
+  // The round this node runs in (0 before the first).
+  uint64_t round() const { return round_.load(); }
+  bool closed() const { return closed_.load(); }
+
+  // What deliver() did with a notice.
+  enum class Delivered { kRound, kInterrupted, kClosed, kWarning, kRefused, kOther };
+  // Hands a notice to the listener (through post): a round (its store at storeAddr), an
+  // interruption, the end of the job (once), a non-fatal refusal as a warning. A fatal refusal
+  // (kRefused) and other kinds (kOther) are left to the transport, which knows what to do.
+  Delivered deliver(const v1::ServerMessage& msg, const std::string& storeAddr);
+
+  // Every round up to `round` is fenced here; true when `round` was not yet.
+  bool markFenced(uint64_t round);
+  // Whether `round` was fenced (its workers' deaths are not failures of the job); contactStale:
+  // the transport has not heard from the rendezvous within the agent's fence deadline, so the
+  // running round counts as fenced even before its thread noticed.
+  bool fenced(uint64_t round, bool contactStale) const;
+  // Tells the listener that `round` ends for a reason of the transport's (a lost stream).
+  void postInterrupted(uint64_t round, const std::string& why);
+  // Tells the listener to kill the workers of `round` within killWithin.
+  void postFenced(uint64_t round, const std::string& why, std::chrono::milliseconds killWithin);
+  // The job ends for this node (once): the workers of the running round are fenced first when
+  // fenceRunning (the transport lost the rendezvous while they ran).
+  void fail(const std::string& why, int exitStatus = kExitInfrastructure, bool fenceRunning = false);
+
+ private:
+  Post post_;
+  RendezvousListener* listener_ = nullptr;
+  const FenceTiming timing_;
+  const std::chrono::milliseconds rejoinWindow_;
+  std::atomic<uint64_t> round_{0};
+  std::atomic<uint64_t> fencedThrough_{0};
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace ddprun

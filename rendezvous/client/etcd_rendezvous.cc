@@ -1,0 +1,593 @@
+#include "rendezvous/client/etcd_rendezvous.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/backoff.h"
+#include "common/error.h"
+#include "common/strings.h"
+#include "ddprun/v1/etcd_rendezvous.pb.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "common/ids.h"
+#include "rendezvous/rules/admission.h"
+#include "rendezvous/rules/rules_host.h"
+#include "rendezvous/wire/agent_proto.h"
+#include "rendezvous/wire/etcd_records.h"
+#include "rendezvous/wire/notice_proto.h"
+#include "rendezvous/client/client_core.h"
+#include "etcd/etcd_watch.h"
+
+namespace ddprun {
+
+namespace pb = ddprun::v1;
+using namespace etcd_records;  // NOLINT: the records of this backend, both ways
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+Micros monotonicNow() { return std::chrono::duration_cast<Micros>(SteadyClock::now().time_since_epoch()); }
+
+// A transaction that puts `key` (on `lease`) only if it does not exist.
+etcdserverpb::TxnRequest putIfAbsent(const std::string& key, const std::string& value, int64_t lease) {
+  etcdserverpb::TxnRequest t;
+  auto* cmp = t.add_compare();
+  cmp->set_key(key);
+  cmp->set_target(etcdserverpb::Compare::CREATE);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_create_revision(0);
+  auto* put = t.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  put->set_lease(lease);
+  return t;
+}
+
+std::string seqKey(uint64_t seq) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
+  return buf;
+}
+
+}  // namespace
+
+class EtcdRendezvous::Impl {
+ public:
+  Impl(EtcdRendezvousOptions options, Post post)
+      : o_(std::move(options)), core_(std::move(post), o_.rules.heartbeatTimeout), client_(o_.client) {
+    std::string root = o_.prefix;
+    while (!root.empty() && root.back() == '/') root.pop_back();
+    jobPrefix_ = root + "/run/" + o_.runId + "/";
+    rdzv_ = jobPrefix_ + "rdzv/";
+    for (const auto& e : o_.client.endpoints) storeAddr_ += (storeAddr_.empty() ? "etcd://" : ",") + e;
+    // Rules travel in milliseconds (JobRules): compare and run them at that precision.
+    pb::JobRules wire;
+    toProto(o_.rules, &wire);
+    o_.rules = fromProto(wire);
+    if (auto invalid = RendezvousState::validateRules(o_.rules)) throw ConfigError(*invalid);
+    heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(o_.rules.heartbeatTimeout);
+  }
+
+  ~Impl() { shutdown(); }
+
+  void join(RendezvousListener* listener) {
+    DDPRUN_CHECK(listener != nullptr && !joined_, "join once, with a listener");
+    joined_ = true;
+    core_.setListener(listener);
+    try {
+      joinEtcd();
+    } catch (const ConfigError& e) {
+      fail(std::string("etcd refused this node's configuration: ") + e.what(), kExitUsage);
+    } catch (const Error& e) {
+      // etcd unreachable (no member answered within the retry timeout): an infrastructure failure.
+      fail(std::string("cannot join the rendezvous on etcd: ") + e.what());
+    }
+  }
+
+  void joinEtcd() {
+    // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
+    jobLease_ = jobLease(ttl() * 2);
+    int64_t revision = 0;
+    client_.get(rdzv_ + "nodes/" + o_.nodeId, &revision);
+    notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
+                                           etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), revision);
+    putNode();
+    threads_.emplace_back([this] { keepAlive(); });
+    threads_.emplace_back([this] { follow(); });
+    threads_.emplace_back([this] { elect(); });
+  }
+
+  // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
+  std::chrono::seconds ttl() const { return std::chrono::seconds(std::max<int64_t>(2, (heartbeat_.count() + 999) / 1000)); }
+
+  // A fresh node lease and this node's key on it: the driver reads a join (after the leave of
+  // the old key, if it had one: etcd orders the two).
+  void putNode() {
+    auto sent = SteadyClock::now();
+    int64_t lease = client_.grantLease(ttl());
+    nodeLease_ = lease;
+    renewed(sent);
+    JoinRequest request;
+    request.runId = o_.runId;
+    request.nodeId = o_.nodeId;
+    request.localWorldSize = o_.localWorldSize;
+    request.rules = o_.rules;
+    request.host = o_.host;
+    request.masterPort = o_.masterPort;
+    request.nodeRank = o_.nodeRank;
+    request.lastRound = core_.round();
+    request.reportsStopped = true;
+    pb::Join j;
+    toProto(request, &j);
+    client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
+  }
+
+  // As the gRPC backend's: also true for the running round once etcd has been silent past the
+  // agent's fence deadline, even before the renewal thread (maybe stuck in a call that waits for
+  // its own deadline) has noticed: a worker the watchdog killed then is fenced, not a failure.
+  bool fenced(uint64_t round) const {
+    return core_.fenced(round, lastRenewalDue(SteadyClock::now()));
+  }
+
+  void report(const pb::AgentMessage& msg) {
+    if (nodeLease_ == 0) return;
+    try {
+      client_.put(rdzv_ + "events/" + o_.nodeId + "/" + seqKey(++eventSeq_), msg.SerializeAsString(), nodeLease_);
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): cannot report to etcd: {}", e.what());
+    }
+  }
+
+  void leave() { report(toProto(AgentReport::leave("stopped by a signal"))); }
+
+  void shutdown() {
+    if (stopping_.exchange(true)) return;
+    cv_.notify_all();
+    // The watches' threads end when their EtcdWatch goes; the follower and driver wake within a
+    // wait step (kStep).
+    for (auto& t : threads_) t.join();
+    notices_.reset();
+    if (nodeLease_ == 0) return;  // never joined: nothing of ours in etcd
+    try {
+      client_.revokeLease(nodeLease_);
+      // The last node out removes the job: its state, notices and the workers' keys.
+      if (client_.countPrefix(rdzv_ + "nodes/") == 0) {
+        client_.deletePrefix(jobPrefix_);
+        if (jobLease_ != 0) client_.revokeLease(jobLease_);
+      }
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): cleanup incomplete ({}); leases expire on their own", e.what());
+    }
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kStep{100};  // how often a waiting thread checks stopping_
+
+  // The job's lease: every agent renews it; the job's state and notices live on it, so they go
+  // when every agent has died.
+  int64_t jobLease(std::chrono::seconds ttl) {
+    const std::string key = rdzv_ + "joblease";
+    for (;;) {
+      if (auto kv = client_.get(key)) {
+        if (client_.keepAliveOnce(kv->lease) > 0) return kv->lease;
+        client_.deleteKey(key);  // a lease of an older job that expired
+        continue;
+      }
+      int64_t lease = client_.grantLease(ttl);
+      if (client_.txn(putIfAbsent(key, std::to_string(lease), lease)).succeeded()) return lease;
+      client_.revokeLease(lease);
+    }
+  }
+
+  bool waitStopping(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, d, [&] { return stopping_.load(); });
+  }
+
+  // The node's lease was renewed by a request sent at `sent`: etcd cannot expire it before
+  // sent + TTL, and TTL >= H (whole seconds, rounded up), so the watchdog's deadline
+  // sent + 13H/16 and the agent's own fence at sent + 5H/8 both come first (docs/rendezvous.md's
+  // argument, with etcd's lease in place of the server's heartbeat clock).
+  void renewed(SteadyClock::time_point sent) {
+    lastRenewal_.store(sent.time_since_epoch().count());
+    if (o_.onFenceDeadline) o_.onFenceDeadline(sent + core_.timing().watchdogKill);
+  }
+
+  // Renews both leases every H/8. A node whose lease expired was declared dead by etcd and the
+  // others may go on without it: its workers are fenced and the job ends for it (exit 200).
+  void keepAlive() {
+    while (!waitStopping(core_.timing().heartbeatInterval)) {
+      auto sent = SteadyClock::now();
+      std::string lost;
+      try {
+        if (client_.keepAliveOnce(nodeLease_) == 0) {
+          lost = "this node's etcd lease expired: the job may have gone on without it";
+        } else {
+          renewed(sent);
+        }
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): lease renewal failed: {}", e.what());
+      }
+      // The job's lease is renewed whatever became of the node's: it holds the job's state and
+      // notices. Gone, they are gone with it (every agent was cut off from etcd for its TTL), and
+      // the job cannot go on: this node ends (exit 200) instead of waiting for notices that no
+      // driver can write any more.
+      try {
+        if (client_.keepAliveOnce(jobLease_) == 0) {
+          fail("the job's etcd lease expired (no agent renewed it for " + std::to_string(2 * ttl().count()) +
+               " s): the job's rendezvous state is gone");
+          return;
+        }
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): job lease renewal failed: {}", e.what());
+      }
+      if (lost.empty() && lastRenewalDue(SteadyClock::now())) {
+        lost = "etcd unreachable for " + std::to_string(core_.timing().agentFence.count()) + " ms: this node may be declared dead";
+      }
+      if (!lost.empty() && !rejoin(lost)) return;
+    }
+  }
+
+  // As the gRPC backend (docs/rendezvous.md, "Fencing"): the workers of the running round are
+  // killed now, and the node joins again as a newcomer of the next round within
+  // 2 x heartbeat_timeout, else it ends with exit 200.
+  bool rejoin(const std::string& why) {
+    const uint64_t round = core_.round();
+    core_.markFenced(round);
+    if (round > 0) core_.postFenced(round, why, std::chrono::milliseconds(0));
+    spdlog::warn("rendezvous (etcd): {}; joining again", why);
+    const auto deadline = SteadyClock::now() + core_.rejoinWindow();
+    Backoff backoff(std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+    while (!stopping_ && !core_.closed() && SteadyClock::now() < deadline) {
+      try {
+        // The old key goes first (its lease, if etcd still has it), so the driver reads a leave
+        // and then a join, never a silent rewrite of a member's key.
+        client_.revokeLease(nodeLease_);
+        putNode();
+        return true;
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): joining again failed: {}", e.what());
+      }
+      waitStopping(backoff.next());
+    }
+    fail(why + "; could not join again within " + std::to_string(core_.rejoinWindow().count()) + " ms");
+    return false;
+  }
+
+  // The job ends for this node; the workers of the running round are fenced first.
+  void fail(const std::string& why, int exitStatus = kExitInfrastructure) { core_.fail(why, exitStatus, true); }
+
+  // This node's notices, in order, to the agent's event loop.
+  void follow() {
+    const std::string prefix = rdzv_ + "notices/" + o_.nodeId + "/";
+    std::string last;  // the key of the last notice delivered (keys grow: seqKey)
+    while (!stopping_ && !core_.closed()) {
+      std::vector<mvccpb::Event> events;
+      try {
+        events = notices_->next(SteadyClock::now() + kStep);
+      } catch (const EtcdCompacted& e) {
+        // Notices stay until the job's lease goes: read those after the last one delivered, and
+        // watch on from that read.
+        spdlog::warn("rendezvous (etcd): {}; reading this node's notices again", e.what());
+        try {
+          int64_t revision = 0;
+          for (auto& kv : client_.getPrefix(prefix, &revision)) {
+            if (kv.key <= last) continue;
+            mvccpb::Event ev;
+            ev.set_type(mvccpb::Event::PUT);
+            ev.mutable_kv()->set_key(kv.key);
+            ev.mutable_kv()->set_value(kv.value);
+            events.push_back(std::move(ev));
+          }
+          notices_ = std::make_unique<EtcdWatch>(client_, prefix, etcdPrefixEnd(prefix), revision);
+        } catch (const Error& again) {
+          fail(std::string("lost the rendezvous on etcd: ") + again.what());
+          return;
+        }
+      } catch (const Error& e) {
+        fail(std::string("lost the rendezvous on etcd: ") + e.what());
+        return;
+      }
+      for (const auto& ev : events) {
+        pb::ServerMessage msg;
+        if (ev.type() != mvccpb::Event::PUT) continue;
+        last = std::max(last, ev.kv().key());
+        if (!msg.ParseFromString(ev.kv().value())) continue;
+        if (!deliver(msg)) return;
+      }
+    }
+  }
+
+  // False when this node's notices are over (the job closed, or it was refused).
+  bool deliver(const pb::ServerMessage& msg) {
+    switch (core_.deliver(msg, storeAddr_)) {
+      case ClientCore::Delivered::kClosed: return false;
+      case ClientCore::Delivered::kRefused:
+        fail("the rendezvous refused this node: " + msg.rejected().message(), exitStatusOfRefusal(msg.rejected().code()));
+        return false;
+      default: return true;
+    }
+  }
+
+  // The election: whoever creates the driver key (on its own lease) drives; the others wait for
+  // the key to go (its node's lease expired) and try again.
+  void elect() {
+    const std::string key = rdzv_ + "driver";
+    while (!stopping_ && !core_.closed()) {
+      try {
+        etcdserverpb::TxnRequest t = putIfAbsent(key, o_.nodeId, nodeLease_);
+        t.add_failure()->mutable_request_range()->set_key(key);
+        auto resp = client_.txn(t);
+        if (resp.succeeded()) {
+          // Until the job ends, this process stops, or it is no longer the driver.
+          DriveEnd end = DriveEnd::kWatchLost;
+          try {
+            end = drive();
+          } catch (const Error& e) {
+            spdlog::warn("rendezvous (etcd): driving failed: {}", e.what());
+            waitStopping(kStep);
+          }
+          if (end == DriveEnd::kWatchLost && !stopping_ && !core_.closed()) releaseDriver();
+          continue;
+        }
+        EtcdWatch watch(client_, key, "", resp.header().revision());
+        bool gone = false;
+        while (!gone && !stopping_ && !core_.closed()) {
+          for (const auto& ev : watch.next(SteadyClock::now() + kStep)) gone |= ev.type() == mvccpb::Event::DELETE;
+        }
+      } catch (const Error& e) {
+        if (stopping_) return;
+        spdlog::warn("rendezvous (etcd): election: {}", e.what());
+        waitStopping(kStep);
+      }
+    }
+  }
+
+  enum class DriveEnd { kOver, kWatchLost };
+
+  // A driver whose watch was lost (a compacted revision, or no member for the retry timeout)
+  // hands over: it deletes its driver key, so that the next driver (maybe this node again, on
+  // its next try) starts from etcd as a takeover does. The key is deleted only while it is
+  // still this node's.
+  void releaseDriver() {
+    const std::string key = rdzv_ + "driver";
+    try {
+      etcdserverpb::TxnRequest t;
+      auto* cmp = t.add_compare();
+      cmp->set_key(key);
+      cmp->set_target(etcdserverpb::Compare::VALUE);
+      cmp->set_result(etcdserverpb::Compare::EQUAL);
+      cmp->set_value(o_.nodeId);
+      t.add_success()->mutable_request_delete_range()->set_key(key);
+      client_.txn(t);
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): cannot hand over driving: {}", e.what());
+      waitStopping(kStep);
+    }
+  }
+
+  // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
+  // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
+  DriveEnd drive() {
+    int64_t revision = 0;
+    auto all = client_.getPrefix(rdzv_, &revision);
+    const std::string nodes = rdzv_ + "nodes/";
+    std::set<std::string> keyed;  // nodes whose key exists: alive, as far as etcd knows
+    std::optional<pb::RendezvousSnapshot> saved;
+    for (const auto& kv : all) {
+      if (startsWith(kv.key, nodes)) keyed.insert(kv.key.substr(nodes.size()));
+      pb::RendezvousSnapshot snap;
+      if (kv.key == rdzv_ + "state" && snap.ParseFromString(kv.value)) saved = snap;
+    }
+    Effects out;
+    std::vector<std::string> applied;
+    std::set<std::string> live;
+    Micros now = monotonicNow();
+    // A driver before us was lost: go on from its last write (every write carried the snapshot,
+    // in the same transaction as the notices and the applied events' deletion).
+    RulesHost host = saved ? RulesHost(fromProto(*saved), now) : RulesHost(o_.runId, o_.rules, now);
+    if (saved) {
+      noticeSeq_ = saved->notice_seq();
+      spdlog::info("rendezvous (etcd): this node takes over driving job {} at round {}", o_.runId, saved->round());
+      for (const auto& n : saved->nodes()) {
+        const std::string& id = n.join().node_id();
+        if (keyed.count(id)) {
+          live.insert(id);
+        } else {
+          out.append(host.leave(id, "its etcd lease expired (node gone or stopped)", now));
+        }
+      }
+      if (host.state().phase() == RendezvousState::Phase::kClosed) {
+        write(host.state(), out, applied);
+        return DriveEnd::kOver;
+      }
+    } else {
+      spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
+    }
+    for (const auto& kv : all) apply(host, live, kv.key, &kv.value, out, applied);
+    EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), revision);
+    while (!stopping_) {
+      Micros now = monotonicNow();
+      for (const auto& id : live) {
+        out.append(host.report(id, AgentReport::heartbeat(0), now));  // liveness is etcd's lease
+      }
+      out.append(host.tick(now));
+      if (!out.empty() || !applied.empty()) {
+        if (!write(host.state(), out, applied)) return DriveEnd::kOver;  // deposed
+        out = Effects();
+        applied.clear();
+      }
+      if (host.state().phase() == RendezvousState::Phase::kClosed) return DriveEnd::kOver;
+      auto wait = std::max(heartbeat_ / 8, std::chrono::milliseconds(10));
+      auto deadline = SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep);
+      if (auto next = host.state().nextDeadline()) {
+        deadline = std::min(deadline, SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(*next)));
+      }
+      std::vector<mvccpb::Event> events;
+      try {
+        events = watch.next(deadline);
+      } catch (const Error& e) {
+        spdlog::warn("rendezvous (etcd): driver lost its watch: {}", e.what());
+        return DriveEnd::kWatchLost;
+      }
+      for (const auto& ev : events) {
+        const std::string value = ev.kv().value();
+        apply(host, live, ev.kv().key(), ev.type() == mvccpb::Event::PUT ? &value : nullptr, out, applied);
+      }
+    }
+    return DriveEnd::kOver;  // this process stops
+  }
+
+  // One key under rdzv/ (value null: deleted) into the rules host.
+  void apply(RulesHost& host, std::set<std::string>& live, const std::string& key, const std::string* value,
+             Effects& out, std::vector<std::string>& applied) {
+    Micros now = monotonicNow();
+    const std::string nodes = rdzv_ + "nodes/", events = rdzv_ + "events/";
+    if (startsWith(key, nodes)) {
+      std::string id = key.substr(nodes.size());
+      if (!value) {
+        if (live.erase(id)) out.append(host.leave(id, "its etcd lease expired (node gone or stopped)", now));
+        return;
+      }
+      pb::Join j;
+      if (live.count(id)) return;
+      if (!j.ParseFromString(*value)) j.Clear();  // refused below as a Join without ids
+      // etcd shows no peer address: the Join must name its host, and its node id must be the
+      // key's (the notices go to the key's name, which is what the node watches).
+      JoinOrigin origin;
+      origin.keyNodeId = id;
+      origin.runId = o_.runId;
+      auto admission = admit(joinRequestOf(j), origin);
+      if (auto* refused = std::get_if<Rejection>(&admission)) {
+        if (idProblem(id)) {
+          // No node can watch a name like "x/evil" (it would land under node x's notices): no
+          // refusal is written, and the key stays until its lease goes.
+          spdlog::warn("rendezvous (etcd): ignored a node key with an invalid name: {}", refused->message);
+          return;
+        }
+        spdlog::warn("rendezvous (etcd): refused node {}: {}", id, refused->message);
+        out.append(Effects{{Notice{id, *refused}}, {}, false});
+        return;
+      }
+      out.append(host.join(std::get<Admitted>(admission), now));
+      // A node the rules refused (a taken id or rank, a stale round) is not heartbeaten into
+      // NOT_JOINED refusals on every pass: it is live only once it is in the job.
+      if (host.state().hasNode(id)) live.insert(id);
+    } else if (startsWith(key, events) && value) {
+      std::string rest = key.substr(events.size());
+      std::string id = rest.substr(0, rest.find('/'));
+      applied.push_back(key);
+      pb::AgentMessage msg;
+      if (!msg.ParseFromString(*value)) return;
+      auto report = reportOf(msg);
+      if (!report || report->kind == AgentReport::Kind::kHeartbeat) return;  // liveness is the lease
+      if (report->kind == AgentReport::Kind::kLeave && !live.count(id)) return;
+      out.append(host.report(id, *report, now));
+      // A node that left and whose workers are gone is out; one whose workers still stop stays in
+      // the state (and live) until it reports them stopped or its key goes.
+      if (!host.state().hasNode(id)) live.erase(id);
+    }
+  }
+
+  // Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
+  // node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
+  bool write(const RendezvousState& state, const Effects& effects, const std::vector<std::string>& applied) {
+    etcdserverpb::TxnRequest t;
+    auto* cmp = t.add_compare();
+    cmp->set_key(rdzv_ + "driver");
+    cmp->set_target(etcdserverpb::Compare::VALUE);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_value(o_.nodeId);
+    for (const auto& n : effects.notices) {
+      auto* put = t.add_success()->mutable_request_put();
+      put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
+      put->set_value(toProto(o_.runId, n, false).SerializeAsString());
+      put->set_lease(jobLease_);
+    }
+    const uint64_t latestRound = effects.roundsStarted.empty() ? 0 : effects.roundsStarted.back();
+    if (effects.jobEnded && state.round() > 0) {
+      // The job is over: the last round's store goes now, so waits still pending fail at once
+      // ("stale round") instead of at their timeout.
+      auto* del = t.add_success()->mutable_request_delete_range();
+      del->set_key(jobPrefix_ + "round/" + std::to_string(state.round()) + "/");
+      del->set_range_end(etcdPrefixEnd(del->key()));
+    }
+    for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
+    auto* st = t.add_success()->mutable_request_put();
+    st->set_key(rdzv_ + "state");
+    st->set_value(toProto(state.snapshot(monotonicNow()), noticeSeq_).SerializeAsString());
+    st->set_lease(jobLease_);
+    if (latestRound > 0) {
+      // The round marker of the workers' store (worker_sdk/etcd_store.h, fenceByRound): written
+      // with the assignment, so it exists before any worker of the round does.
+      auto* alive = t.add_success()->mutable_request_put();
+      alive->set_key(jobPrefix_ + "round/" + std::to_string(latestRound) + "/alive");
+      alive->set_lease(jobLease_);
+    }
+    if (latestRound > 1) {
+      // The workers' keys of the round before (they are fenced by round anyway).
+      auto* del = t.add_success()->mutable_request_delete_range();
+      del->set_key(jobPrefix_ + "round/" + std::to_string(latestRound - 1) + "/");
+      del->set_range_end(etcdPrefixEnd(del->key()));
+    }
+    // An error (etcd unreachable, a lease gone) is thrown: elect() hands the driver key over and
+    // the next driver starts from etcd. Only a failed compare means another node drives now.
+    if (client_.txn(t).succeeded()) return true;
+    spdlog::warn("rendezvous (etcd): this node no longer drives the rendezvous");
+    return false;
+  }
+
+  EtcdRendezvousOptions o_;
+  ClientCore core_;
+  EtcdClient client_;
+  std::string jobPrefix_, rdzv_, storeAddr_;
+  std::chrono::milliseconds heartbeat_{5000};
+  // When the last renewal that etcd answered was sent (steady clock ticks): read by fenced() on
+  // the agent's thread, written by the renewal thread.
+  std::atomic<SteadyClock::rep> lastRenewal_{0};
+
+  bool lastRenewalDue(SteadyClock::time_point now) const {
+    return now - SteadyClock::time_point(SteadyClock::duration(lastRenewal_.load())) > core_.timing().agentFence;
+  }
+  bool joined_ = false;
+  int64_t jobLease_ = 0;
+  std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again
+  std::atomic<uint64_t> eventSeq_{0};
+  uint64_t noticeSeq_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<EtcdWatch> notices_;
+  std::vector<std::thread> threads_;
+};
+
+EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options, Post post)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(post))) {}
+
+EtcdRendezvous::~EtcdRendezvous() = default;
+
+void EtcdRendezvous::join(RendezvousListener* listener) { impl_->join(listener); }
+
+void EtcdRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
+  impl_->report(toProto(AgentReport::workerFailed(round, failure)));
+}
+
+void EtcdRendezvous::reportSucceeded(uint64_t round) {
+  impl_->report(toProto(AgentReport::succeeded(round)));
+}
+
+void EtcdRendezvous::reportStopped(uint64_t round) {
+  impl_->report(toProto(AgentReport::workersStopped(round)));
+}
+
+void EtcdRendezvous::leave() { impl_->leave(); }
+
+bool EtcdRendezvous::fenced(uint64_t round) const { return impl_->fenced(round); }
+
+}  // namespace ddprun

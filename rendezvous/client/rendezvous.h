@@ -1,0 +1,93 @@
+// The agent's view of a rendezvous: how a node joins a job, learns its round, and reports what
+// happened to its workers. Implementations: LocalRendezvous (one node), GrpcRendezvous (the
+// client of a rendezvous server) and EtcdRendezvous (the job's state in etcd); all three apply the
+// rules of one RendezvousState (rendezvous/rules/).
+// Every callback runs on the agent's event loop, never inside the call that caused it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/exit_codes.h"
+#include "rendezvous/rules/worker_failure.h"
+
+namespace ddprun {
+
+// What one round of a job looks like from one node.
+struct RoundInfo {
+  uint64_t round = 0;        // fencing token: grows with every new round of the job
+  int groupRank = 0;         // this node's rank among nodes
+  int groupWorldSize = 1;    // number of nodes in the round
+  int rankOffset = 0;        // global rank of this node's local rank 0
+  int worldSize = 1;         // workers in the round, all nodes together
+  int restartCount = 0;      // restarts spent so far, the same number on every node
+  std::string masterAddr;    // where global rank 0's TCPStore will listen
+  int masterPort = 0;
+  std::string storeAddr;     // ddprun's store for workers, empty when the backend has none
+  std::string storePrefix;
+};
+
+enum class JobOutcome { kSucceeded, kFailed };
+
+// How the job ended, the same for every node.
+struct JobClosure {
+  JobOutcome outcome = JobOutcome::kFailed;
+  std::string reason;
+  // The worker failure that ended the job (the first the rendezvous saw), and its node; every
+  // agent exits with its status, so that a scheduler sees one exit code for the job.
+  std::optional<WorkerFailure> failure;
+  std::string failedNode;
+  // What the agent exits with when no worker failure decides it: kExitInfrastructure when the
+  // rendezvous failed, kExitUsage when it refused this node's configuration (a wrong job token,
+  // other rules than the job's, an invalid join), as for a bad command line.
+  int exitStatus = kExitInfrastructure;
+};
+
+class RendezvousListener {
+ public:
+  virtual ~RendezvousListener() = default;
+  // A round is formed and this node is in it: start the workers.
+  virtual void onRoundReady(const RoundInfo& round) = 0;
+  // The running round ends for a reason outside this node (a peer failed, a node joined or left):
+  // stop the workers and wait for the next onRoundReady.
+  virtual void onRoundInterrupted(uint64_t round, const std::string& reason) = 0;
+  // This node lost touch with the rendezvous long enough that the server may form a round
+  // without it: the workers of `round` must be dead within `killWithin` (fencing,
+  // docs/rendezvous.md). The next onRoundReady follows if the node can join again.
+  virtual void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
+    (void)killWithin;
+    onRoundInterrupted(round, reason);
+  }
+  // The job is over for every node.
+  virtual void onJobClosed(const JobClosure& closure) = 0;
+};
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  // Joins the job. The listener must outlive this object.
+  virtual void join(RendezvousListener* listener) = 0;
+  // A local worker of `round` failed (the node's first failure of the round). Leads to the next
+  // round while the job's restart budget lasts, else to onJobClosed(kFailed) carrying the job's
+  // first failure. A report for an old round is ignored.
+  virtual void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) = 0;
+  // Every local worker of `round` exited 0 (the exit barrier).
+  virtual void reportSucceeded(uint64_t round) = 0;
+  // No worker of `round` or older runs on this node any more, and none will start: the answer to
+  // onRoundInterrupted(round), and after leave(). Other nodes' next round waits for it (the
+  // hand-over, docs/rendezvous.md), so the agent sends it as soon as its workers are gone.
+  virtual void reportStopped(uint64_t round) = 0;
+  // This node stops (a signal): it leaves without closing the job for the others. It is out of
+  // the next round at once; reportStopped follows once its workers are gone.
+  virtual void leave() = 0;
+  // Whether `round` was fenced on this node (its workers are killed because the rendezvous went
+  // silent), so that their deaths are not failures of the job. Any thread.
+  virtual bool fenced(uint64_t round) const {
+    (void)round;
+    return false;
+  }
+};
+
+}  // namespace ddprun

@@ -1,0 +1,88 @@
+// The one rules host: what every backend does with one job's RendezvousState, written once. The
+// gRPC service keeps one per job beside its sessions and streams; the etcd driver keeps one beside
+// its transactions and watches. A backend decodes what an agent sent (rendezvous/wire/), admits
+// a Join (admission.h), and hands it here; it gets back Effects: the notices to deliver and what
+// they mean for the workers' store.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rendezvous/rules/admission.h"
+#include "rendezvous/rules/state_machine.h"
+#include "rendezvous/rules/worker_failure.h"
+
+namespace ddprun {
+
+// An agent's message after its Join, decoded.
+struct AgentReport {
+  enum class Kind { kHeartbeat, kWorkerFailed, kSucceeded, kWorkersStopped, kLeave };
+  Kind kind = Kind::kHeartbeat;
+  uint64_t round = 0;
+  WorkerFailure failure;  // kWorkerFailed
+  std::string reason;     // kLeave: why, as the agent said it (already bounded and printable)
+
+  static AgentReport heartbeat(uint64_t round) { return of(Kind::kHeartbeat, round); }
+  static AgentReport workerFailed(uint64_t round, WorkerFailure failure) {
+    AgentReport r = of(Kind::kWorkerFailed, round);
+    r.failure = std::move(failure);
+    return r;
+  }
+  static AgentReport succeeded(uint64_t round) { return of(Kind::kSucceeded, round); }
+  static AgentReport workersStopped(uint64_t round) { return of(Kind::kWorkersStopped, round); }
+  static AgentReport leave(std::string reason) {
+    AgentReport r = of(Kind::kLeave, 0);
+    r.reason = std::move(reason);
+    return r;
+  }
+
+ private:
+  static AgentReport of(Kind kind, uint64_t round) {
+    AgentReport r;
+    r.kind = kind;
+    r.round = round;
+    return r;
+  }
+};
+
+// What one event decided.
+struct Effects {
+  std::vector<Notice> notices;
+  // Rounds that started with this event, in order: each gets a fresh store prefix, and the
+  // round before it can be dropped.
+  std::vector<uint64_t> roundsStarted;
+  bool jobEnded = false;  // a JobEnd is among the notices: the last round's store can go
+
+  bool empty() const { return notices.empty() && roundsStarted.empty() && !jobEnded; }
+  void append(Effects more);
+};
+
+class RulesHost {
+ public:
+  RulesHost(std::string runId, RendezvousRules rules, Micros now);
+  // Goes on from a predecessor's snapshot (the etcd driver's takeover).
+  RulesHost(const RendezvousState::Snapshot& snapshot, Micros now);
+
+  // An admitted node joins. A node whose rules are not the job's is refused (kRulesMismatch,
+  // naming the difference); so is whatever RendezvousState::join refuses. A refusal is a notice
+  // for the node itself.
+  Effects join(const Admitted& admitted, Micros now);
+  // A message from a node that joined.
+  Effects report(const std::string& nodeId, const AgentReport& report, Micros now);
+  // The node is gone (its stream ended, its lease expired); saidSo: it said it leaves.
+  Effects leave(const std::string& nodeId, const std::string& reason, Micros now, bool saidSo = false);
+  Effects tick(Micros now);
+
+  const RendezvousState& state() const { return state_; }
+  const std::string& runId() const { return runId_; }
+
+ private:
+  Effects effectsOf(std::vector<Notice> notices) const;
+
+  std::string runId_;
+  RendezvousState state_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,428 @@
+#include "rendezvous/rules/state_machine.h"
+
+#include <algorithm>
+
+#include "rendezvous/rules/admission.h"  // nodeBoundsProblem
+
+namespace ddprun {
+namespace {
+
+std::string seconds(Micros t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t).count();
+  return std::to_string(ms / 1000) + "." + std::to_string((ms % 1000) / 100) + "s";
+}
+
+Notice reject(const std::string& nodeId, RejectCode code, std::string message, bool fatal) {
+  return Notice{nodeId, Rejection{code, std::move(message), fatal}};
+}
+
+}  // namespace
+
+std::optional<std::string> RendezvousState::validateRules(const RendezvousRules& r) {
+  if (r.minNodes < 1 || r.maxNodes < r.minNodes || r.maxNodes > 100000) return "node counts must satisfy 1 <= min <= max";
+  if (r.maxRestarts < 0) return "max_restarts must not be negative";
+  if (r.joinTimeout.count() <= 0 || r.heartbeatTimeout.count() <= 0 || r.lastCallTimeout.count() < 0) {
+    return "join and heartbeat timeouts must be positive, the last call timeout not negative";
+  }
+  return std::nullopt;
+}
+
+std::string RendezvousState::rulesDifference(const RendezvousRules& mine, const RendezvousRules& job) {
+  auto millis = [](Micros t) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms";
+  };
+  std::string out;
+  auto add = [&](const std::string& name, const std::string& here, const std::string& there) {
+    if (here == there) return;
+    out += (out.empty() ? "" : "; ") + name + " " + here + " here, " + there + " in the job";
+  };
+  auto nodes = [](const RendezvousRules& r) { return std::to_string(r.minNodes) + ".." + std::to_string(r.maxNodes); };
+  add("nnodes", nodes(mine), nodes(job));
+  add("max_restarts", std::to_string(mine.maxRestarts), std::to_string(job.maxRestarts));
+  add("join_timeout", millis(mine.joinTimeout), millis(job.joinTimeout));
+  add("last_call_timeout", millis(mine.lastCallTimeout), millis(job.lastCallTimeout));
+  add("heartbeat_timeout", millis(mine.heartbeatTimeout), millis(job.heartbeatTimeout));
+  return out;
+}
+
+RendezvousState::Snapshot RendezvousState::snapshot(Micros now) const {
+  Snapshot s;
+  s.runId = runId_;
+  s.rules = rules_;
+  s.phase = phase_;
+  for (const auto& [id, node] : nodes_) {
+    s.nodes.push_back({node.info, node.joinSeq, node.groupRank, node.stoppingRound, node.leaving});
+  }
+  s.members = members_;
+  s.succeededMembers.assign(succeededMembers_.begin(), succeededMembers_.end());
+  s.round = round_;
+  s.restartCount = restartCount_;
+  s.nextJoinSeq = nextJoinSeq_;
+  s.closeAtOnce = closeAtOnce_;
+  s.joinDeadlineLeft = joinDeadline_ - now;
+  if (lastCallDeadline_) s.lastCallDeadlineLeft = *lastCallDeadline_ - now;
+  return s;
+}
+
+RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
+  RendezvousState state(s.runId, s.rules, now);
+  state.phase_ = s.phase;
+  for (const auto& n : s.nodes) {
+    Node& node = state.nodes_[n.info.nodeId];
+    node.info = n.info;
+    node.lastSeen = now;
+    node.joinSeq = n.joinSeq;
+    node.groupRank = n.groupRank;
+    node.stoppingRound = n.stoppingRound;
+    node.stoppingSince = now;
+    node.leaving = n.leaving;
+  }
+  state.members_ = s.members;
+  state.succeededMembers_ = std::set<std::string>(s.succeededMembers.begin(), s.succeededMembers.end());
+  state.round_ = s.round;
+  state.restartCount_ = s.restartCount;
+  state.nextJoinSeq_ = s.nextJoinSeq;
+  state.closeAtOnce_ = s.closeAtOnce;
+  state.joinDeadline_ = now + s.joinDeadlineLeft;
+  if (s.lastCallDeadlineLeft) state.lastCallDeadline_ = now + *s.lastCallDeadlineLeft;
+  return state;
+}
+
+RendezvousState::RendezvousState(std::string runId, RendezvousRules rules, Micros now)
+    : runId_(std::move(runId)), rules_(rules) {
+  beginGathering(now, false);
+}
+
+void RendezvousState::beginGathering(Micros now, bool closeAtOnce) {
+  phase_ = Phase::kGathering;
+  closeAtOnce_ = closeAtOnce;
+  joinDeadline_ = now + rules_.joinTimeout;
+  lastCallDeadline_.reset();
+}
+
+std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
+  std::vector<Notice> out;
+  if (phase_ == Phase::kClosed) {
+    out.push_back(reject(node.nodeId, RejectCode::kJobClosed, "job '" + runId_ + "' is already over", true));
+    return out;
+  }
+  if (auto problem = nodeBoundsProblem(node, rules_)) {
+    out.push_back(reject(node.nodeId, RejectCode::kMalformed, "invalid join: " + *problem, true));
+    return out;
+  }
+  if (node.lastRound > round_) {
+    // The agent ran in a round this state never had: the server lost its state (restarted).
+    out.push_back(reject(node.nodeId, RejectCode::kStaleRound,
+                         "stale round: this rendezvous has no round " + std::to_string(node.lastRound) +
+                             " (the rendezvous server restarted; the job cannot continue)",
+                         true));
+    return out;
+  }
+  if (nodes_.count(node.nodeId)) {
+    out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode, "node id '" + node.nodeId + "' is already in the job", true));
+    return out;
+  }
+  if (node.nodeRank >= 0) {
+    for (const auto& [id, other] : nodes_) {
+      if (other.info.nodeRank == node.nodeRank) {
+        out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode,
+                             "node rank " + std::to_string(node.nodeRank) + " is already taken by " + id, true));
+        return out;
+      }
+    }
+  }
+  Node& added = nodes_[node.nodeId];
+  added.info = node;
+  added.lastSeen = now;
+  added.joinSeq = nextJoinSeq_++;
+
+  if (phase_ == Phase::kGathering) {
+    maybeCloseGathering(now, &out);
+  } else if (phase_ == Phase::kRunning && static_cast<int>(members_.size()) < rules_.maxNodes) {
+    interruptRound("node " + node.nodeId + " joined", now, &out);
+    beginGathering(now, true);
+    maybeCloseGathering(now, &out);
+  }
+  // Otherwise the round is full: the node stands by until a member leaves.
+  return out;
+}
+
+std::vector<Notice> RendezvousState::heartbeat(const std::string& nodeId, Micros now) {
+  std::vector<Notice> out;
+  auto it = nodes_.find(nodeId);
+  if (it == nodes_.end()) {
+    out.push_back(reject(nodeId, RejectCode::kNotJoined, "heartbeat from a node that is not in the job", true));
+    return out;
+  }
+  it->second.lastSeen = now;
+  return out;
+}
+
+std::optional<Rejection> RendezvousState::checkReport(const std::string& nodeId, uint64_t round) const {
+  auto it = nodes_.find(nodeId);
+  if (it == nodes_.end()) return Rejection{RejectCode::kNotJoined, "report from a node that is not in the job", true};
+  if (phase_ != Phase::kRunning || round != round_ || it->second.groupRank < 0) {
+    return Rejection{RejectCode::kStaleRound,
+                     "stale round: round " + std::to_string(round) + " is not running (current round " +
+                         std::to_string(round_) + ")",
+                     false};
+  }
+  return std::nullopt;
+}
+
+std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uint64_t round, Micros now,
+                                                  const WorkerFailure& failure) {
+  std::vector<Notice> out;
+  if (auto rejection = checkReport(nodeId, round)) {
+    out.push_back(Notice{nodeId, *rejection});
+    return out;
+  }
+  nodes_[nodeId].lastSeen = now;
+  if (restartCount_ >= rules_.maxRestarts) {
+    closeJob(false,
+             "a worker on node " + nodeId + " failed and " +
+                 (rules_.maxRestarts == 0 ? std::string("restarts are off (--max_restarts=0)")
+                                          : "the restart budget (" + std::to_string(rules_.maxRestarts) + ") is spent"),
+             &out, failure, nodeId);
+    return out;
+  }
+  ++restartCount_;
+  interruptRound("a worker on node " + nodeId + " failed (restart " + std::to_string(restartCount_) + " of " +
+                     std::to_string(rules_.maxRestarts) + ")",
+                 now, &out);
+  beginGathering(now, true);
+  maybeCloseGathering(now, &out);
+  return out;
+}
+
+std::vector<Notice> RendezvousState::succeeded(const std::string& nodeId, uint64_t round, Micros now) {
+  std::vector<Notice> out;
+  if (auto rejection = checkReport(nodeId, round)) {
+    out.push_back(Notice{nodeId, *rejection});
+    return out;
+  }
+  nodes_[nodeId].lastSeen = now;
+  succeededMembers_.insert(nodeId);
+  checkBarrier(&out);
+  return out;
+}
+
+void RendezvousState::checkBarrier(std::vector<Notice>* out) {
+  if (phase_ != Phase::kRunning) return;
+  // By node id: a member that succeeded and then went away (or came back as a standby) is done.
+  for (const auto& id : members_) {
+    if (!succeededMembers_.count(id)) return;
+  }
+  closeJob(true, "every node's workers succeeded", out);
+}
+
+std::vector<Notice> RendezvousState::stopped(const std::string& nodeId, uint64_t round, Micros now) {
+  std::vector<Notice> out;
+  auto it = nodes_.find(nodeId);
+  // A late or repeated report (the node was dropped meanwhile, or answers an older interruption)
+  // changes nothing.
+  if (it == nodes_.end() || it->second.stoppingRound == 0 || round < it->second.stoppingRound) return out;
+  it->second.stoppingRound = 0;
+  it->second.lastSeen = now;
+  if (it->second.leaving) nodes_.erase(it);
+  if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
+  return out;
+}
+
+std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std::string& reason, Micros now,
+                                           bool saidSo) {
+  std::vector<Notice> out;
+  auto it = nodes_.find(nodeId);
+  if (saidSo && it != nodes_.end() && it->second.info.reportsStopped && !it->second.leaving && phase_ != Phase::kClosed) {
+    Node& node = it->second;
+    const bool runsWorkers = phase_ == Phase::kRunning && node.groupRank >= 0 && !succeededMembers_.count(nodeId);
+    if (runsWorkers || node.stoppingRound != 0) {
+      // Out of the next round at once; in the job until its workers are gone (stopped()).
+      node.leaving = true;
+      if (runsWorkers) {
+        interruptRound("node " + nodeId + " left: " + reason, now, &out);
+        beginGathering(now, true);
+      }
+      if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
+      return out;
+    }
+  }
+  removeNodes({nodeId}, reason, now, &out);
+  return out;
+}
+
+void RendezvousState::removeNodes(const std::vector<std::string>& nodeIds, const std::string& reason, Micros now,
+                                  std::vector<Notice>* out) {
+  std::vector<std::string> lostMembers;
+  for (const auto& id : nodeIds) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) continue;
+    // A member whose workers already succeeded is done; the others still run toward the barrier.
+    if (it->second.groupRank >= 0 && !succeededMembers_.count(id)) lostMembers.push_back(id);
+    nodes_.erase(it);
+  }
+  if (phase_ == Phase::kClosed) return;
+  if (phase_ == Phase::kRunning && !lostMembers.empty()) {
+    std::string who = lostMembers.size() == 1 ? "node " + lostMembers[0] : std::to_string(lostMembers.size()) + " nodes";
+    interruptRound(who + " left: " + reason, now, out);
+    beginGathering(now, true);
+  }
+  if (phase_ == Phase::kGathering) maybeCloseGathering(now, out);
+}
+
+std::vector<Notice> RendezvousState::tick(Micros now) {
+  std::vector<Notice> out;
+  if (phase_ == Phase::kClosed) return out;
+  std::vector<std::string> silent, stuck;
+  for (const auto& [id, node] : nodes_) {
+    if (now - node.lastSeen > rules_.heartbeatTimeout) {
+      silent.push_back(id);
+    } else if (node.stoppingRound != 0 && now - node.stoppingSince > rules_.joinTimeout) {
+      stuck.push_back(id);
+    }
+  }
+  // Told first, so that a node that was only slow learns that it is out and joins again as a
+  // newcomer instead of running on in a round that has moved on without it.
+  auto evict = [&](const std::vector<std::string>& ids, const std::string& why) {
+    if (ids.empty()) return;
+    for (const auto& id : ids) out.push_back(reject(id, RejectCode::kEvicted, "declared dead: " + why, true));
+    removeNodes(ids, why, now, &out);
+  };
+  evict(silent, "no heartbeat for " + seconds(rules_.heartbeatTimeout));
+  // An agent that heartbeats but never says its workers stopped would hold the job back for good.
+  evict(stuck, "its workers did not stop within the join timeout (" + seconds(rules_.joinTimeout) + ")");
+  if (phase_ != Phase::kGathering) return out;
+  if (lastCallDeadline_ && now >= *lastCallDeadline_) {
+    maybeCloseGathering(now, &out);
+  } else if (presentCount() < rules_.minNodes && now >= joinDeadline_) {
+    closeJob(false,
+             "only " + std::to_string(presentCount()) + " of at least " + std::to_string(rules_.minNodes) +
+                 " nodes joined within the join timeout (" + seconds(rules_.joinTimeout) + ")",
+             &out);
+  }
+  return out;
+}
+
+std::optional<Micros> RendezvousState::nextDeadline() const {
+  if (phase_ == Phase::kClosed) return std::nullopt;
+  std::optional<Micros> next;
+  auto consider = [&](Micros t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [id, node] : nodes_) {
+    consider(node.lastSeen + rules_.heartbeatTimeout + Micros(1));
+    if (node.stoppingRound != 0) consider(node.stoppingSince + rules_.joinTimeout + Micros(1));
+  }
+  if (phase_ == Phase::kGathering) {
+    // A passed last call waits for stopped() (or a node's removal), not for the clock.
+    if (lastCallDeadline_ && !anyStopping()) consider(*lastCallDeadline_);
+    if (presentCount() < rules_.minNodes) consider(joinDeadline_);
+  }
+  return next;
+}
+
+int RendezvousState::presentCount() const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n.second.leaving; }));
+}
+
+bool RendezvousState::anyStopping() const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [](const auto& n) { return n.second.stoppingRound != 0; });
+}
+
+void RendezvousState::maybeCloseGathering(Micros now, std::vector<Notice>* out) {
+  const int present = presentCount();
+  if (present < rules_.minNodes) {
+    lastCallDeadline_.reset();  // fell below min again: wait for joins, bounded by join_timeout
+    return;
+  }
+  const bool due = present >= rules_.maxNodes || closeAtOnce_ || (lastCallDeadline_ && now >= *lastCallDeadline_);
+  if (!due) {
+    if (!lastCallDeadline_) lastCallDeadline_ = now + rules_.lastCallTimeout;
+    return;
+  }
+  if (anyStopping()) return;  // the hand-over: stopped() or the node's removal closes it
+  closeRound(out);
+}
+
+void RendezvousState::closeRound(std::vector<Notice>* out) {
+  // Candidates: static ranks first, then previous members by their old rank, then newcomers in
+  // join order. The first maxNodes of them form the round.
+  std::vector<Node*> candidates;
+  for (auto& [id, node] : nodes_) {
+    if (!node.leaving) candidates.push_back(&node);
+  }
+  auto key = [](const Node* n) {
+    int cls = n->info.nodeRank >= 0 ? 0 : (n->groupRank >= 0 ? 1 : 2);
+    int order = cls == 0 ? n->info.nodeRank : (cls == 1 ? n->groupRank : 0);
+    return std::tuple(cls, order, n->joinSeq);
+  };
+  std::sort(candidates.begin(), candidates.end(), [&](const Node* a, const Node* b) { return key(a) < key(b); });
+  if (static_cast<int>(candidates.size()) > rules_.maxNodes) candidates.resize(rules_.maxNodes);
+  const int size = static_cast<int>(candidates.size());
+
+  // Slots: a static rank, or the previous rank when it still fits, is kept; the rest fill holes.
+  std::vector<Node*> slots(size, nullptr);
+  std::vector<Node*> unplaced;
+  for (Node* n : candidates) {
+    int wanted = n->info.nodeRank >= 0 ? n->info.nodeRank : n->groupRank;
+    if (wanted >= 0 && wanted < size && !slots[wanted]) {
+      slots[wanted] = n;
+    } else {
+      unplaced.push_back(n);
+    }
+  }
+  size_t next = 0;
+  for (auto& slot : slots) {
+    if (!slot) slot = unplaced[next++];
+  }
+
+  for (auto& [id, node] : nodes_) node.groupRank = -1;
+  ++round_;
+  phase_ = Phase::kRunning;
+  lastCallDeadline_.reset();
+  succeededMembers_.clear();
+  members_.clear();
+  int worldSize = 0;
+  for (Node* n : slots) worldSize += n->info.localWorldSize;
+  const Node* master = slots[0];
+  int offset = 0;
+  for (int rank = 0; rank < size; ++rank) {
+    Node* n = slots[rank];
+    n->groupRank = rank;
+    members_.push_back(n->info.nodeId);
+    RoundAssignment a;
+    a.round = round_;
+    a.groupRank = rank;
+    a.groupWorldSize = size;
+    a.rankOffset = offset;
+    a.worldSize = worldSize;
+    a.restartCount = restartCount_;
+    a.masterAddr = master->info.host;
+    a.masterPort = master->info.masterPort;
+    out->push_back(Notice{n->info.nodeId, a});
+    offset += n->info.localWorldSize;
+  }
+}
+
+void RendezvousState::interruptRound(const std::string& reason, Micros now, std::vector<Notice>* out) {
+  if (phase_ != Phase::kRunning) return;
+  for (const auto& id : members_) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) continue;
+    Node& node = it->second;
+    // A member whose workers all succeeded has none left to stop.
+    if (node.info.reportsStopped && !succeededMembers_.count(id)) {
+      node.stoppingRound = round_;
+      node.stoppingSince = now;
+    }
+    if (!node.leaving) out->push_back(Notice{id, RoundInterruption{round_, reason}});
+  }
+}
+
+void RendezvousState::closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out,
+                               const std::optional<WorkerFailure>& failure, const std::string& failedNode) {
+  phase_ = Phase::kClosed;
+  for (const auto& [id, node] : nodes_) out->push_back(Notice{id, JobEnd{succeeded, reason, failure, failedNode}});
+}
+
+}  // namespace ddprun

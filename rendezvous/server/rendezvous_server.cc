@@ -1,0 +1,193 @@
+#include "rendezvous/server/rendezvous_server.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/unique_fd.h"
+#include "netguard/connection_listener.h"
+#include "rpc/grpc_runtime.h"
+#include "rpc/grpc_util.h"
+#include "rendezvous/server/rendezvous_service.h"
+#include "store/store_service.h"
+
+namespace ddprun {
+namespace {
+
+int clampedMs(std::chrono::milliseconds d) {
+  return static_cast<int>(std::clamp<int64_t>(d.count(), 1, std::numeric_limits<int>::max()));
+}
+
+}  // namespace
+
+class RendezvousServer::Impl {
+ public:
+  explicit Impl(RendezvousServerOptions options) : options_(std::move(options)) {
+    prepareGrpcRuntime();
+    // Our own accept loop (see connection_listener.h): binds now, so that a port in use fails here
+    // with the address in the message.
+    ConnectionListenerOptions listen;
+    listen.host = options_.bindAddress;
+    listen.port = options_.port;
+    listen.maxConnections = options_.maxConnections;
+    listen.reserveFds = options_.reserveFds;
+    if (options_.handshakeTimeout.count() > 0) listen.handshakeTimeout = options_.handshakeTimeout;
+    listen.abuse = options_.abuse;
+    listen.tokenRequired = !options_.token.empty();
+    listen.relay = options_.guard == RendezvousServerOptions::Guard::kOn ||
+                   (options_.guard == RendezvousServerOptions::Guard::kAuto &&
+                    (!options_.token.empty() || !isLoopback(options_.bindAddress)));
+    listener_ = std::make_unique<ConnectionListener>(listen);
+    spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter)",
+                  listen.relay ? "on" : "off");
+    port_ = listener_->port();
+    rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
+        options_.token,
+        [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); },
+        [this](const std::string& runId) { store_->store().dropRun(runId); },
+        options_.jobIdleTimeout, options_.requireHostMatch,
+        [this](const std::string& grpcPeer) { return listener_->peerAddress(grpcPeer); },
+        [this](const std::string& grpcPeer, bool authenticated) { return listener_->admitCall(grpcPeer, authenticated); }});
+    StoreServiceOptions store;
+    store.token = options_.token;
+    store.roundIsCurrent = [this](const std::string& runId, uint64_t round) {
+      return rendezvous_->roundIsCurrent(runId, round);
+    };
+    store.admitCall = [this](const std::string& grpcPeer, bool authenticated) {
+      return listener_->admitCall(grpcPeer, authenticated);
+    };
+    store_ = std::make_unique<StoreService>(std::move(store), options_.storeLimits);
+    grpc::ServerBuilder builder;
+    if (options_.idleTimeout.count() > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
+    }
+    if (options_.keepalive.count() > 0) {
+      builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, clampedMs(options_.keepalive));
+      builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                                 clampedMs(std::min<std::chrono::milliseconds>(options_.keepalive, std::chrono::seconds(20))));
+    }
+    if (options_.maxStreamsPerConnection > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.maxStreamsPerConnection);
+    }
+    if (options_.memoryQuotaBytes > 0) {
+      quota_.Resize(options_.memoryQuotaBytes);
+      builder.SetResourceQuota(quota_);
+    }
+    applyServerDefaults(builder);
+    builder.RegisterService(rendezvous_.get());
+    builder.RegisterService(store_.get());
+    server_ = builder.BuildAndStart();
+    if (!server_) throw ConnectionError("cannot start the rendezvous server on " + address());
+    listener_->start(server_.get());
+    if (options_.trimInterval.count() > 0) trimmer_ = std::thread([this] { trimLoop(); });
+    if (options_.token.empty() && !isLoopback(options_.bindAddress)) {
+      spdlog::warn("rendezvous on {} has NO job token: anyone who reaches this address can join or disturb jobs "
+                   "(set DDPRUN_RDZV_TOKEN or --rdzv_conf token_file=PATH)",
+                   address());
+    }
+  }
+
+  ~Impl() { shutdown(std::chrono::milliseconds(0)); }
+
+  void shutdown(std::chrono::milliseconds grace) {
+    if (trimmer_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(trimMutex_);
+        stopping_ = true;
+      }
+      trimCv_.notify_all();
+      trimmer_.join();
+    }
+    if (!server_) return;
+    rendezvous_->waitIdle(grace);
+    listener_->stop();
+    rendezvous_->shutdown();
+    store_->shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    server_->Wait();
+    server_.reset();
+  }
+
+  int port() const { return port_; }
+  std::string address() const { return joinHostPort(options_.bindAddress, port_); }
+
+ private:
+  static bool isLoopback(const std::string& host) {
+    return host == "localhost" || startsWith(host, "127.") || host == "::1";
+  }
+
+  // glibc keeps freed memory in its heaps (one per thread that allocated) and returns only a
+  // heap's free top; after 300,000 calls of an attack were freed the daemon still held 9 GB.
+  // malloc_trim walks every heap and returns its free pages: milliseconds, every few seconds.
+  void trimLoop() {
+    std::unique_lock<std::mutex> lock(trimMutex_);
+    while (!trimCv_.wait_for(lock, options_.trimInterval, [this] { return stopping_; })) {
+      ::malloc_trim(0);
+    }
+  }
+
+  RendezvousServerOptions options_;
+  grpc::ResourceQuota quota_{"ddprun-rdzv"};
+  std::thread trimmer_;
+  std::mutex trimMutex_;
+  std::condition_variable trimCv_;
+  bool stopping_ = false;
+  std::unique_ptr<RendezvousService> rendezvous_;
+  std::unique_ptr<StoreService> store_;
+  std::unique_ptr<ConnectionListener> listener_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+RendezvousServerOptions::Guard parseGuard(const std::string& value, const std::string& what) {
+  if (value == "auto") return RendezvousServerOptions::Guard::kAuto;
+  if (value == "on") return RendezvousServerOptions::Guard::kOn;
+  if (value == "off") return RendezvousServerOptions::Guard::kOff;
+  throw ConfigError(what + " must be auto, on or off, not '" + printable(value, 64) + "'");
+}
+
+RendezvousServerOptions::Guard guardFromEnvironment() {
+  const char* value = std::getenv("DDPRUN_RDZV_GUARD");
+  return value ? parseGuard(value, "DDPRUN_RDZV_GUARD") : RendezvousServerOptions::Guard::kAuto;
+}
+
+void raiseOpenFileLimitForServing() {
+  constexpr rlim_t kEnough = 4096;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur < kEnough) {
+    spdlog::warn("the rendezvous server can keep only about {} connections open (open file limit {}; each agent "
+                 "and each store client holds one): raise the hard limit (ulimit -Hn, LimitNOFILE=) for large jobs",
+                 limit.rlim_cur > 64 ? limit.rlim_cur - 64 : 0, limit.rlim_cur);
+  }
+}
+
+RendezvousServer::RendezvousServer(RendezvousServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+RendezvousServer::~RendezvousServer() = default;
+int RendezvousServer::port() const { return impl_->port(); }
+std::string RendezvousServer::address() const { return impl_->address(); }
+void RendezvousServer::shutdown(std::chrono::milliseconds grace) { impl_->shutdown(grace); }
+
+}  // namespace ddprun

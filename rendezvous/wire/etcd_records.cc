@@ -1,0 +1,67 @@
+#include "rendezvous/wire/etcd_records.h"
+
+#include "rendezvous/wire/agent_proto.h"
+#include "rendezvous/wire/notice_proto.h"
+
+namespace ddprun::etcd_records {
+
+namespace pb = ddprun::v1;
+
+namespace {
+
+int64_t us(Micros t) { return t.count(); }
+
+}  // namespace
+
+pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
+  pb::RendezvousSnapshot m;
+  m.set_run_id(s.runId);
+  ddprun::toProto(s.rules, m.mutable_rules());
+  m.set_phase(static_cast<pb::RendezvousSnapshot::Phase>(s.phase));
+  for (const auto& n : s.nodes) {
+    auto* out = m.add_nodes();
+    ddprun::toProto(n.info, out->mutable_join());
+    out->set_stopping_round(n.stoppingRound);
+    out->set_leaving(n.leaving);
+    out->set_join_seq(n.joinSeq);
+    out->set_group_rank(n.groupRank);
+  }
+  for (const auto& id : s.members) m.add_members(id);
+  for (const auto& id : s.succeededMembers) m.add_succeeded_members(id);
+  m.set_round(s.round);
+  m.set_restart_count(s.restartCount);
+  m.set_next_join_seq(s.nextJoinSeq);
+  m.set_close_at_once(s.closeAtOnce);
+  m.set_join_deadline_left_us(us(s.joinDeadlineLeft));
+  m.set_has_last_call(s.lastCallDeadlineLeft.has_value());
+  if (s.lastCallDeadlineLeft) m.set_last_call_left_us(us(*s.lastCallDeadlineLeft));
+  m.set_notice_seq(noticeSeq);
+  return m;
+}
+
+RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
+  RendezvousState::Snapshot s;
+  s.runId = m.run_id();
+  s.rules = ddprun::fromProto(m.rules());
+  s.phase = static_cast<RendezvousState::Phase>(m.phase());
+  for (const auto& n : m.nodes()) {
+    RendezvousState::SnapshotNode node;
+    node.info = nodeInfoOf(n.join());
+    node.stoppingRound = n.stopping_round();
+    node.leaving = n.leaving();
+    node.joinSeq = n.join_seq();
+    node.groupRank = n.group_rank();
+    s.nodes.push_back(node);
+  }
+  s.members.assign(m.members().begin(), m.members().end());
+  s.succeededMembers.assign(m.succeeded_members().begin(), m.succeeded_members().end());
+  s.round = m.round();
+  s.restartCount = m.restart_count();
+  s.nextJoinSeq = m.next_join_seq();
+  s.closeAtOnce = m.close_at_once();
+  s.joinDeadlineLeft = Micros(m.join_deadline_left_us());
+  if (m.has_last_call()) s.lastCallDeadlineLeft = Micros(m.last_call_left_us());
+  return s;
+}
+
+}  // namespace ddprun::etcd_records

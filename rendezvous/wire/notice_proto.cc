@@ -1,0 +1,119 @@
+#include "rendezvous/wire/notice_proto.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/exit_codes.h"
+#include "rendezvous/wire/worker_failure_message.h"
+#include "rpc/grpc_util.h"
+
+namespace ddprun {
+
+namespace pb = ddprun::v1;
+
+namespace {
+uint32_t millis(Micros t) { return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()); }
+}  // namespace
+
+void toProto(const RendezvousRules& rules, pb::JobRules* r) {
+  r->set_min_nodes(rules.minNodes);
+  r->set_max_nodes(rules.maxNodes);
+  r->set_max_restarts(rules.maxRestarts);
+  r->set_join_timeout_ms(millis(rules.joinTimeout));
+  r->set_last_call_timeout_ms(millis(rules.lastCallTimeout));
+  r->set_heartbeat_timeout_ms(millis(rules.heartbeatTimeout));
+}
+
+RendezvousRules fromProto(const pb::JobRules& r) {
+  RendezvousRules rules;
+  rules.minNodes = r.min_nodes();
+  rules.maxNodes = r.max_nodes();
+  rules.maxRestarts = r.max_restarts();
+  rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
+  rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
+  rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
+  return rules;
+}
+
+pb::Rejected::Code toProto(RejectCode code) {
+  switch (code) {
+    case RejectCode::kStaleRound: return pb::Rejected::STALE_ROUND;
+    case RejectCode::kDuplicateNode: return pb::Rejected::DUPLICATE_NODE;
+    case RejectCode::kJobClosed: return pb::Rejected::JOB_CLOSED;
+    case RejectCode::kRulesMismatch: return pb::Rejected::RULES_MISMATCH;
+    case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
+    case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
+    case RejectCode::kEvicted: return pb::Rejected::EVICTED;
+  }
+  return pb::Rejected::UNSPECIFIED;
+}
+
+std::string storePrefix(const std::string& runId, uint64_t round) {
+  return "/run/" + runId + "/round/" + std::to_string(round) + "/";
+}
+
+pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats) {
+  pb::ServerMessage msg;
+  if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
+    auto* out = msg.mutable_round_assigned();
+    out->set_round(a->round);
+    out->set_group_rank(a->groupRank);
+    out->set_group_world_size(a->groupWorldSize);
+    out->set_rank_offset(a->rankOffset);
+    out->set_world_size(a->worldSize);
+    out->set_restart_count(a->restartCount);
+    out->set_master_addr(a->masterAddr);
+    out->set_master_port(a->masterPort);
+    out->set_store_prefix(storePrefix(runId, a->round));
+    out->set_acks_heartbeats(acksHeartbeats);
+    out->set_awaits_stopped(true);  // both backends apply RendezvousState::stopped
+  } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
+    msg.mutable_round_interrupted()->set_round(i->round);
+    msg.mutable_round_interrupted()->set_reason(i->reason);
+  } else if (auto* e = std::get_if<JobEnd>(&notice.body)) {
+    msg.mutable_job_closed()->set_succeeded(e->succeeded);
+    msg.mutable_job_closed()->set_reason(e->reason);
+    if (e->failure) {
+      toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
+      msg.mutable_job_closed()->set_failed_node(e->failedNode);
+    }
+  } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
+    msg.mutable_rejected()->set_code(toProto(r->code));
+    msg.mutable_rejected()->set_message(bounded(grpc::Status(grpc::StatusCode::UNKNOWN, r->message)).error_message());
+    msg.mutable_rejected()->set_fatal(r->fatal);
+  }
+  return msg;
+}
+
+JobClosure jobClosureOf(const pb::JobClosed& closed) {
+  JobClosure closure;
+  closure.outcome = closed.succeeded() ? JobOutcome::kSucceeded : JobOutcome::kFailed;
+  closure.reason = closed.reason();
+  if (!closed.succeeded() && closed.has_failure()) {
+    closure.failure = fromMessage(closed.failure());
+    closure.failedNode = closed.failed_node().substr(0, 256);
+  }
+  return closure;
+}
+
+int exitStatusOfRefusal(pb::Rejected::Code code) {
+  const bool configuration = code == pb::Rejected::MALFORMED || code == pb::Rejected::RULES_MISMATCH ||
+                             code == pb::Rejected::DUPLICATE_NODE;
+  return configuration ? kExitUsage : kExitInfrastructure;
+}
+
+RoundInfo roundInfoOf(const pb::RoundAssigned& a, const std::string& storeAddr) {
+  RoundInfo info;
+  info.round = a.round();
+  info.groupRank = a.group_rank();
+  info.groupWorldSize = a.group_world_size();
+  info.rankOffset = a.rank_offset();
+  info.worldSize = a.world_size();
+  info.restartCount = a.restart_count();
+  info.masterAddr = a.master_addr();
+  info.masterPort = a.master_port();
+  info.storeAddr = storeAddr;
+  info.storePrefix = a.store_prefix();
+  return info;
+}
+
+}  // namespace ddprun

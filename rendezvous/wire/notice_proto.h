@@ -1,0 +1,38 @@
+// What the rendezvous tells a node, as a ddprun.v1.ServerMessage: one conversion for both
+// backends, the gRPC server's session stream and the etcd driver's notice records.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/client/rendezvous.h"
+#include "rendezvous/rules/state_machine.h"
+
+namespace ddprun {
+
+// "/run/<id>/round/<n>/": the workers' store prefix of a round (DDPRUN_STORE_PREFIX).
+std::string storePrefix(const std::string& runId, uint64_t round);
+
+v1::Rejected::Code toProto(RejectCode code);
+
+// A job's rules on the wire (JobRules, in milliseconds) and back: the Join of both backends.
+void toProto(const RendezvousRules& rules, v1::JobRules* message);
+RendezvousRules fromProto(const v1::JobRules& message);
+
+// acksHeartbeats: the backend answers heartbeats, so the agent may fence on a silent one
+// (docs/rendezvous.md, "Fencing"); the etcd backend's liveness is the node's lease instead.
+// A rejection's message is cut to 1 KB, saying so.
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats);
+
+// An agent's side: the round it was assigned, with its workers' store at `storeAddr`.
+RoundInfo roundInfoOf(const v1::RoundAssigned& assigned, const std::string& storeAddr);
+
+// An agent's side: how the job ended (the failed node's name cut to 256 bytes).
+JobClosure jobClosureOf(const v1::JobClosed& closed);
+
+// What a node exits with when the rendezvous refuses it for good: its configuration (other
+// rules, a malformed join, a node id or rank taken) is exit 2, anything else infrastructure.
+int exitStatusOfRefusal(v1::Rejected::Code code);
+
+}  // namespace ddprun

@@ -1,0 +1,30 @@
+#include "rendezvous/wire/worker_failure_message.h"
+
+namespace ddprun {
+
+namespace {
+constexpr std::size_t kMaxDescriptionBytes = 256;
+}  // namespace
+
+void toMessage(const WorkerFailure& failure, v1::WorkerFailed* message) {
+  message->set_rank(failure.rank);
+  message->set_exit_code(failure.exitCode);
+  message->set_signal(failure.signal);
+  message->set_exit_status(failure.exitStatus);
+  message->set_description(failure.description.substr(0, kMaxDescriptionBytes));
+}
+
+WorkerFailure fromMessage(const v1::WorkerFailed& message) {
+  WorkerFailure failure;
+  failure.rank = message.rank() >= 0 ? message.rank() : -1;
+  failure.exitCode = message.exit_code();
+  failure.signal = message.signal() >= 0 ? message.signal() : 0;
+  failure.exitStatus = message.exit_status() >= 1 && message.exit_status() <= 255 ? message.exit_status() : 1;
+  failure.description = message.description().substr(0, kMaxDescriptionBytes);
+  for (char& c : failure.description) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // it goes into logs: one line
+  }
+  return failure;
+}
+
+}  // namespace ddprun
