@@ -35,7 +35,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
   o.masterPort = findFreePort("");
   o.onFenceDeadline = std::move(fence);
   MultiNodeRendezvous out;
-  out.client = std::make_unique<EtcdRendezvous>(o, std::move(post));
+  out.client = makeEtcdRendezvous(std::move(o), std::move(post));
   // The workers' store is on etcd too (worker_sdk/env.h): its key root, TLS files and login, in
   // the environment the agent gives them, not in ddprun's own.
   out.workerEnv.emplace_back("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix);

@@ -78,7 +78,7 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   o.nodeRank = placement.nodeRank;
   o.connectTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.joinTimeoutSeconds * 1000));
   o.onFenceDeadline = std::move(fence);
-  out.client = std::make_unique<GrpcRendezvous>(o, std::move(post));
+  out.client = makeGrpcRendezvous(std::move(o), std::move(post));
   return out;
 }
 

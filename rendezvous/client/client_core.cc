@@ -18,6 +18,20 @@ FenceTiming FenceTiming::forHeartbeatTimeout(std::chrono::microseconds heartbeat
                      milliseconds(h * 13 / 16)};
 }
 
+JoinRequest joinRequestOf(const NodeOptions& node, uint64_t lastRound) {
+  JoinRequest request;
+  request.runId = node.runId;
+  request.nodeId = node.nodeId;
+  request.localWorldSize = node.localWorldSize;
+  request.rules = node.rules;
+  request.host = node.host;
+  request.masterPort = node.masterPort;
+  request.nodeRank = node.nodeRank;
+  request.lastRound = lastRound;
+  request.reportsStopped = true;
+  return request;
+}
+
 ClientCore::ClientCore(Post post, std::chrono::microseconds heartbeatTimeout)
     : post_(std::move(post)),
       timing_(FenceTiming::forHeartbeatTimeout(heartbeatTimeout)),

@@ -13,8 +13,31 @@
 #include "common/exit_codes.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/client/rendezvous.h"
+#include "rendezvous/rules/admission.h"  // JoinRequest
 
 namespace ddprun {
+
+// What a node joins with, on either transport (GrpcRendezvousOptions, EtcdRendezvousOptions).
+struct NodeOptions {
+  std::string runId;
+  std::string nodeId;     // unique per agent process
+  int localWorldSize = 1;
+  RendezvousRules rules;
+  // This node's address for MASTER_ADDR. gRPC: empty means as the server sees it; etcd: required
+  // (etcd sees no peer).
+  std::string host;
+  int masterPort = 0;     // free port on this node for rank 0's store
+  int nodeRank = -1;      // static group rank, -1 elastic
+  // Fencing (docs/rendezvous.md): called, from a rendezvous thread and under no lock, with the
+  // latest time by which this node's workers must be dead unless the rendezvous is heard from
+  // again (a heartbeat answered, a lease renewed); the supervisor hands it to the watchdog, which
+  // kills them even if this process is frozen.
+  std::function<void(std::chrono::steady_clock::time_point)> onFenceDeadline;
+};
+
+// The Join a node sends: its options, the round it last ran in, and that it reports its workers
+// stopped (the hand-over).
+JoinRequest joinRequestOf(const NodeOptions& node, uint64_t lastRound);
 
 // The fencing deadlines (docs/rendezvous.md, "Fencing"), as fractions of the heartbeat timeout H,
 // measured from the send time of the last message the rendezvous answered (a heartbeat on gRPC,

@@ -57,9 +57,11 @@ std::string seqKey(uint64_t seq) {
 
 }  // namespace
 
-class EtcdRendezvous::Impl {
+namespace {
+
+class EtcdRendezvous final : public Rendezvous {
  public:
-  Impl(EtcdRendezvousOptions options, Post post)
+  EtcdRendezvous(EtcdRendezvousOptions options, ClientCore::Post post)
       : o_(std::move(options)), core_(std::move(post), o_.rules.heartbeatTimeout), client_(o_.client) {
     std::string root = o_.prefix;
     while (!root.empty() && root.back() == '/') root.pop_back();
@@ -74,9 +76,10 @@ class EtcdRendezvous::Impl {
     heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(o_.rules.heartbeatTimeout);
   }
 
-  ~Impl() { shutdown(); }
+  // Leaves (revokes this node's lease, deleting its keys); the last node out deletes the job's keys.
+  ~EtcdRendezvous() override { shutdown(); }
 
-  void join(RendezvousListener* listener) {
+  void join(RendezvousListener* listener) override {
     DDPRUN_CHECK(listener != nullptr && !joined_, "join once, with a listener");
     joined_ = true;
     core_.setListener(listener);
@@ -113,25 +116,15 @@ class EtcdRendezvous::Impl {
     int64_t lease = client_.grantLease(ttl());
     nodeLease_ = lease;
     renewed(sent);
-    JoinRequest request;
-    request.runId = o_.runId;
-    request.nodeId = o_.nodeId;
-    request.localWorldSize = o_.localWorldSize;
-    request.rules = o_.rules;
-    request.host = o_.host;
-    request.masterPort = o_.masterPort;
-    request.nodeRank = o_.nodeRank;
-    request.lastRound = core_.round();
-    request.reportsStopped = true;
     pb::Join j;
-    toProto(request, &j);
+    toProto(joinRequestOf(o_, core_.round()), &j);
     client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
   }
 
   // As the gRPC backend's: also true for the running round once etcd has been silent past the
   // agent's fence deadline, even before the renewal thread (maybe stuck in a call that waits for
   // its own deadline) has noticed: a worker the watchdog killed then is fenced, not a failure.
-  bool fenced(uint64_t round) const {
+  bool fenced(uint64_t round) const override {
     return core_.fenced(round, lastRenewalDue(SteadyClock::now()));
   }
 
@@ -144,7 +137,12 @@ class EtcdRendezvous::Impl {
     }
   }
 
-  void leave() { report(toProto(AgentReport::leave("stopped by a signal"))); }
+  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override {
+    report(toProto(AgentReport::workerFailed(round, failure)));
+  }
+  void reportSucceeded(uint64_t round) override { report(toProto(AgentReport::succeeded(round))); }
+  void reportStopped(uint64_t round) override { report(toProto(AgentReport::workersStopped(round))); }
+  void leave() override { report(toProto(AgentReport::leave("stopped by a signal"))); }
 
   void shutdown() {
     if (stopping_.exchange(true)) return;
@@ -567,27 +565,10 @@ class EtcdRendezvous::Impl {
   std::vector<std::thread> threads_;
 };
 
-EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options, Post post)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(post))) {}
+}  // namespace
 
-EtcdRendezvous::~EtcdRendezvous() = default;
-
-void EtcdRendezvous::join(RendezvousListener* listener) { impl_->join(listener); }
-
-void EtcdRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
-  impl_->report(toProto(AgentReport::workerFailed(round, failure)));
+std::unique_ptr<Rendezvous> makeEtcdRendezvous(EtcdRendezvousOptions options, ClientCore::Post post) {
+  return std::make_unique<EtcdRendezvous>(std::move(options), std::move(post));
 }
-
-void EtcdRendezvous::reportSucceeded(uint64_t round) {
-  impl_->report(toProto(AgentReport::succeeded(round)));
-}
-
-void EtcdRendezvous::reportStopped(uint64_t round) {
-  impl_->report(toProto(AgentReport::workersStopped(round)));
-}
-
-void EtcdRendezvous::leave() { impl_->leave(); }
-
-bool EtcdRendezvous::fenced(uint64_t round) const { return impl_->fenced(round); }
 
 }  // namespace ddprun

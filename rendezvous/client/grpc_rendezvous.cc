@@ -44,14 +44,16 @@ std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o) {
 
 }  // namespace
 
-class GrpcRendezvous::Impl {
+namespace {
+
+class GrpcRendezvous final : public Rendezvous {
  public:
-  Impl(GrpcRendezvousOptions options, Post post)
+  GrpcRendezvous(GrpcRendezvousOptions options, ClientCore::Post post)
       : options_(std::move(options)),
         core_(std::move(post), options_.rules.heartbeatTimeout),
         timing_(core_.timing()) {}
 
-  ~Impl() {
+  ~GrpcRendezvous() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
@@ -65,23 +67,23 @@ class GrpcRendezvous::Impl {
     if (heartbeat_.joinable()) heartbeat_.join();
   }
 
-  void join(RendezvousListener* listener) {
+  void join(RendezvousListener* listener) override {
     DDPRUN_CHECK(listener != nullptr, "join needs a listener");
     core_.setListener(listener);
     reader_ = std::thread([this] { run(); });
   }
 
-  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
+  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override {
     write(toProto(AgentReport::workerFailed(round, failure)));
   }
 
-  void reportSucceeded(uint64_t round) {
+  void reportSucceeded(uint64_t round) override {
     // Workers that exited 0 need no fence: the node waits at the barrier.
     raiseTo(succeededRound_, round);
     write(toProto(AgentReport::succeeded(round)));
   }
 
-  void reportStopped(uint64_t round) {
+  void reportStopped(uint64_t round) override {
     // An older server does not wait for it, and would end the session on a message it does not know.
     if (!awaitsStopped_.load()) return;
     write(toProto(AgentReport::workersStopped(round)));
@@ -90,9 +92,9 @@ class GrpcRendezvous::Impl {
   // Order matters against updateContact(), which marks the round fenced before it refreshes the
   // contact: staleness is read first, so a worker killed while the contact was stale is seen as
   // fenced even if an answer arrived since.
-  bool fenced(uint64_t round) const { return core_.fenced(round, fencingDue(SteadyClock::now())); }
+  bool fenced(uint64_t round) const override { return core_.fenced(round, fencingDue(SteadyClock::now())); }
 
-  void leave() {
+  void leave() override {
     leaving_ = true;
     write(toProto(AgentReport::leave("agent stopped by a signal")));
   }
@@ -203,18 +205,8 @@ class GrpcRendezvous::Impl {
   }
 
   pb::AgentMessage joinMessage() const {
-    JoinRequest request;
-    request.runId = options_.runId;
-    request.nodeId = options_.nodeId;
-    request.localWorldSize = options_.localWorldSize;
-    request.rules = options_.rules;
-    request.host = options_.host;
-    request.masterPort = options_.masterPort;
-    request.nodeRank = options_.nodeRank;
-    request.lastRound = core_.round();
-    request.reportsStopped = true;
     pb::AgentMessage join;
-    toProto(request, join.mutable_join());
+    toProto(joinRequestOf(options_, core_.round()), join.mutable_join());
     return join;
   }
 
@@ -394,16 +386,10 @@ class GrpcRendezvous::Impl {
   std::thread heartbeat_;
 };
 
-GrpcRendezvous::GrpcRendezvous(GrpcRendezvousOptions options, Post post)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(post))) {}
-GrpcRendezvous::~GrpcRendezvous() = default;
-void GrpcRendezvous::join(RendezvousListener* listener) { impl_->join(listener); }
-void GrpcRendezvous::reportWorkerFailure(uint64_t round, const WorkerFailure& failure) {
-  impl_->reportWorkerFailure(round, failure);
+}  // namespace
+
+std::unique_ptr<Rendezvous> makeGrpcRendezvous(GrpcRendezvousOptions options, ClientCore::Post post) {
+  return std::make_unique<GrpcRendezvous>(std::move(options), std::move(post));
 }
-void GrpcRendezvous::reportSucceeded(uint64_t round) { impl_->reportSucceeded(round); }
-void GrpcRendezvous::reportStopped(uint64_t round) { impl_->reportStopped(round); }
-void GrpcRendezvous::leave() { impl_->leave(); }
-bool GrpcRendezvous::fenced(uint64_t round) const { return impl_->fenced(round); }
 
 }  // namespace ddprun

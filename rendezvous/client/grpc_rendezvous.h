@@ -15,41 +15,14 @@
 
 namespace ddprun {
 
-struct GrpcRendezvousOptions {
+struct GrpcRendezvousOptions : NodeOptions {
   std::string endpoint;        // HOST:PORT of the rendezvous server
   std::string token;           // job token, sent as metadata; never logged
-  std::string runId;
-  std::string nodeId;          // unique per agent process
-  int localWorldSize = 1;
-  RendezvousRules rules;
-  std::string host;            // this node's address for MASTER_ADDR; empty: as the server sees it
-  int masterPort = 0;          // free port on this node for rank 0's store
-  int nodeRank = -1;           // static group rank, -1 elastic
   std::chrono::milliseconds connectTimeout{30000};
-  // Fencing (docs/rendezvous.md): called, from a rendezvous thread and under no lock, with the
-  // latest time by which this node's workers must be dead unless the server is heard from again
-  // (the supervisor hands it to the watchdog, which kills them even if this process is frozen).
-  std::function<void(std::chrono::steady_clock::time_point)> onFenceDeadline;
 };
 
-class GrpcRendezvous final : public Rendezvous {
- public:
-  using Post = std::function<void(std::function<void()>)>;
-
-  GrpcRendezvous(GrpcRendezvousOptions options, Post post);
-  // Ends the session (the server sees this node leave) and joins its threads.
-  ~GrpcRendezvous() override;
-
-  void join(RendezvousListener* listener) override;
-  void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) override;
-  void reportSucceeded(uint64_t round) override;
-  void reportStopped(uint64_t round) override;
-  void leave() override;
-  bool fenced(uint64_t round) const override;
-
- private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
-};
+// Joins when join() is called; its destructor ends the session (the server sees this node leave)
+// and joins its threads.
+std::unique_ptr<Rendezvous> makeGrpcRendezvous(GrpcRendezvousOptions options, ClientCore::Post post);
 
 }  // namespace ddprun

@@ -89,6 +89,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb
 
  private:
   void finishLocked(std::unique_lock<std::mutex>& lock, grpc::Status status);
+  // Starts writing the next queued message, or finishes when asked and none is left; with mu_
+  // held, which it releases before calling gRPC.
+  void writeNextLocked(std::unique_lock<std::mutex>& lock);
 
   RendezvousService::Impl* impl_;
   std::string peerHost_;
@@ -474,14 +477,7 @@ void SessionReactor::enqueue(pb::ServerMessage msg, bool finishAfter) {
 void SessionReactor::flush() {
   std::unique_lock<std::mutex> lock(mu_);
   if (finished_ || writing_) return;
-  if (!queue_.empty()) {
-    writing_ = true;
-    const pb::ServerMessage* next = &queue_.front();
-    lock.unlock();
-    StartWrite(next);
-    return;
-  }
-  if (finishRequested_) finishLocked(lock, grpc::Status::OK);
+  writeNextLocked(lock);
 }
 
 void SessionReactor::OnWriteDone(bool ok) {
@@ -493,6 +489,10 @@ void SessionReactor::OnWriteDone(bool ok) {
     finishLocked(lock, grpc::Status::OK);
     return;
   }
+  writeNextLocked(lock);
+}
+
+void SessionReactor::writeNextLocked(std::unique_lock<std::mutex>& lock) {
   if (!queue_.empty()) {
     writing_ = true;
     const pb::ServerMessage* next = &queue_.front();

@@ -22,7 +22,7 @@ import unittest
 import chaos_lib as cl
 from chaos_lib import ml
 from ddprun_testlib import main
-from test_netns import make_test_hosts
+from netns_lib import make_test_hosts
 
 HEARTBEAT_S = 2
 HOLD_S = 60

@@ -88,12 +88,12 @@ std::vector<pb::AgentMessage::KindCase> reportsTo(RecordingServer& service) {
   auto ready = listener.ready();
   std::vector<pb::AgentMessage::KindCase> seen;
   {
-    ddprun::GrpcRendezvous rdzv(o, [](std::function<void()> fn) { fn(); });
-    rdzv.join(&listener);
+    auto rdzv = ddprun::makeGrpcRendezvous(o, [](std::function<void()> fn) { fn(); });
+    rdzv->join(&listener);
     REQUIRE(ready.wait_for(kSafetyBound) == std::future_status::ready);
     CHECK(ready.get() == 1);
-    rdzv.reportStopped(1);
-    rdzv.reportSucceeded(1);
+    rdzv->reportStopped(1);
+    rdzv->reportSucceeded(1);
     seen = service.until(pb::AgentMessage::kSucceeded);
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

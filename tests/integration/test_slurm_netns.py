@@ -25,7 +25,7 @@ import unittest
 
 import ddprun_testlib as tl
 from ddprun_testlib import main
-from test_netns import make_test_hosts
+from netns_lib import make_test_hosts
 
 import slurm_cluster  # noqa: E402
 

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -136,11 +137,11 @@ void putNodeKey(ddprun::EtcdClient& client, const std::string& runId, const std:
 
 struct Job {
   explicit Job(const EtcdTestCluster& cluster, const std::string& runId)
-      : driver(agentOptions(cluster, runId, "a"), [](std::function<void()> f) { f(); }) {
-    driver.join(&recorder);
+      : driver(ddprun::makeEtcdRendezvous(agentOptions(cluster, runId, "a"), [](std::function<void()> f) { f(); })) {
+    driver->join(&recorder);
   }
   Recorder recorder;
-  ddprun::EtcdRendezvous driver;  // the only agent: it drives
+  std::unique_ptr<ddprun::Rendezvous> driver;  // the only agent: it drives
 };
 
 }  // namespace
@@ -240,8 +241,8 @@ TEST_CASE("etcd rendezvous: a malformed Join written into etcd gets the daemon's
   // Whatever was refused, the job forms with a real second node only, and MASTER_ADDR is a real
   // node's address.
   Recorder second;
-  ddprun::EtcdRendezvous b(agentOptions(cluster, "bad", "b"), [](std::function<void()> f) { f(); });
-  b.join(&second);
+  auto b = ddprun::makeEtcdRendezvous(agentOptions(cluster, "bad", "b"), [](std::function<void()> f) { f(); });
+  b->join(&second);
   const auto deadline = std::chrono::steady_clock::now() + kSafetyBound;
   while (second.roundsSoFar().empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
   auto rounds = second.roundsSoFar();
