@@ -50,6 +50,23 @@ std::optional<double> parseSeconds(std::string_view text) {
 }
 
 
+std::string oneLine(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 std::string printable(std::string_view text, std::size_t maxBytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

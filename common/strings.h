@@ -24,4 +24,9 @@ std::optional<double> parseSeconds(std::string_view text);
 // peer sends goes through it before it is logged or echoed.
 std::string printable(std::string_view text, std::size_t maxBytes = 128);
 
+// `text` on one line: control characters (newlines, carriage returns, escape sequences) become
+// \xNN, everything else stays as it is. For a message of ddprun's own that quotes a value already
+// made printable or one that may hold any byte: it cannot forge a second line.
+std::string oneLine(std::string_view text);
+
 }  // namespace ddprun

@@ -180,7 +180,17 @@ void EtcdClient::call(const char* what,
     auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     context.set_deadline(std::chrono::system_clock::now() +
                          std::clamp(remaining, std::chrono::milliseconds(1), options_.callTimeout));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cancelled_) throw ClosedError(std::string("etcd ") + what + ": the client was closed");
+      inFlight_.insert(&context);
+    }
     grpc::Status s = attempt(*members_[index], context);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      inFlight_.erase(&context);
+      if (cancelled_) throw ClosedError(std::string("etcd ") + what + ": the client was closed");
+    }
     if (s.ok()) return;
     if (!options_.user.empty() && !reauthenticated && s.error_message().find("invalid auth token") != std::string::npos) {
       reauthenticated = true;  // tokens expire (etcd's simple tokens after 5 minutes idle)
@@ -195,8 +205,17 @@ void EtcdClient::call(const char* what,
                             ": " + s.error_message() + ")");
     }
     // Jittered: clients that lost the same member do not all hit the next one at once.
-    std::this_thread::sleep_for(std::min<Clock::duration>(backoff.next(), deadline - Clock::now()));
+    std::unique_lock<std::mutex> lock(mutex_);
+    cancelCv_.wait_for(lock, std::min<Clock::duration>(backoff.next(), deadline - Clock::now()),
+                       [this] { return cancelled_; });
   }
+}
+
+void EtcdClient::cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : inFlight_) context->TryCancel();
+  cancelCv_.notify_all();
 }
 
 void EtcdClient::authenticate() {

@@ -11,11 +11,13 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,11 @@ class EtcdClient {
   // Renews it once; returns the remaining TTL in seconds, 0 when the lease is gone (expired).
   int64_t keepAliveOnce(int64_t id);
 
+  // The owner stops: every call in flight is cancelled, and it and every later call (of any
+  // thread) fail at once with ClosedError instead of retrying for up to retryTimeout. Watches are
+  // not affected (they end when their EtcdWatch goes).
+  void cancel();
+
   // Maintenance.Status of one endpoint (by index), no failover: tests find the leader with it.
   etcdserverpb::StatusResponse status(std::size_t endpoint);
 
@@ -110,6 +117,10 @@ class EtcdClient {
   mutable std::mutex mutex_;
   std::size_t current_ = 0;
   std::string authToken_;
+  // cancel(): the calls in flight (guarded by mutex_), and a wake-up for a call between attempts.
+  bool cancelled_ = false;
+  std::set<grpc::ClientContext*> inFlight_;
+  std::condition_variable cancelCv_;
 };
 
 // Maps a gRPC failure of an etcd call to ddprun's errors (ConnectionError, TimeoutError,

@@ -216,7 +216,7 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
   } catch (const CLI::CallForVersion& e) {
     return exitWith(app.exit(e));
   } catch (const CLI::ParseError& e) {
-    std::cerr << "ddprun: error: " << e.what() << " (see ddprun --help)\n";
+    std::cerr << "ddprun: error: " << oneLine(e.what()) << " (see ddprun --help)\n";
     return exitWith(2);
   }
 
@@ -229,7 +229,8 @@ ParseResult parseCommandLine(int argc, const char* const* argv) {
     result.config = buildConfig(app, flags, slurmDefaults(app, flags, argc, argv));
     return result;
   } catch (const ConfigError& e) {
-    std::cerr << "ddprun: error: " << e.what() << "\n";
+    // One line whatever the message quotes: a value with a newline must not forge a second one.
+    std::cerr << "ddprun: error: " << oneLine(e.what()) << "\n";
     return exitWith(2);
   }
 }

@@ -248,10 +248,10 @@ int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode) 
     if (parsed.config.multiNode && !startMultiNode) return execMultiNode(argv);
     return launch(parsed.config, startMultiNode);
   } catch (const ConfigError& e) {
-    std::cerr << "ddprun: error: " << e.what() << "\n";
+    std::cerr << "ddprun: error: " << oneLine(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "ddprun: error: " << e.what() << "\n";
+    std::cerr << "ddprun: error: " << oneLine(e.what()) << "\n";
     return 1;
   }
 }

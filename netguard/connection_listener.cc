@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/log_limiter.h"
 #include "common/net.h"
 #include "common/unique_fd.h"
 #include "netguard/connection_relay.h"
@@ -205,8 +206,10 @@ class ConnectionListener::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       penalty = penalties_.offended(address, Clock::now(), options_.abuse);
     }
-    spdlog::warn("rendezvous: closed a connection from {}: {}; refusing the address for {} ms", address, why,
-                 penalty.count());
+    if (auto held = penaltyLog_.allow()) {
+      spdlog::warn("rendezvous: closed a connection from {}: {}; refusing the address for {} ms{}", address, why,
+                   penalty.count(), heldBackNote(*held));
+    }
   }
 
  private:
@@ -226,21 +229,36 @@ class ConnectionListener::Impl {
     return cap;
   }
 
+  // Descriptors a connection holds: its socket, and with the guard the relay's socket pair.
+  std::size_t perConnection() const { return relay_ ? 3 : 1; }
+
+  // Whether the connection just accepted (its descriptor open already) would take the process
+  // past the cap, counting what it will hold (the guard's pair too).
   bool atCap() {
     const std::size_t cap = capNow();
-    if (estimate_ + 1 < cap) return false;
-    estimate_ = openFdCount();
-    return estimate_ + 1 >= cap;
+    const std::size_t more = perConnection() - 1;  // beyond the accepted socket
+    if (estimate_ + 1 + more <= cap) return false;
+    // Counted: the open descriptors (the accepted socket among them), and the pairs that the
+    // connections still waiting for their preface will get when they are handed over. (Counting
+    // only what was open let a flood take the process 80 descriptors past the cap with the guard
+    // on: the pending connections' pairs came after the count.)
+    estimate_ = openFdCount() + pending_.size() * more;
+    return estimate_ + more > cap;
   }
 
   void run() {
-    std::chrono::milliseconds backoff{0};
+    // After an accept error the listeners rest until then, whatever else wakes the loop (a
+    // pending connection's bytes): else every wake-up retried accept() into the same EMFILE.
+    Clock::time_point acceptPausedUntil{};
     while (true) {
       auto now = Clock::now();
+      const bool paused = now < acceptPausedUntil;
       std::vector<pollfd> polls;
       polls.push_back({wakeRead_.get(), POLLIN, 0});
-      for (const auto& l : listen_) polls.push_back({l.get(), backoff.count() > 0 ? short(0) : short(POLLIN), 0});
-      int timeout = backoff.count() > 0 ? static_cast<int>(backoff.count()) : 1000;
+      for (const auto& l : listen_) polls.push_back({l.get(), paused ? short(0) : short(POLLIN), 0});
+      int timeout = paused ? static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  acceptPausedUntil - now).count()) + 1
+                           : 1000;
       for (auto& p : pending_) {
         auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(p.deadline, p.nextPeek) - now);
         timeout = std::clamp<int>(static_cast<int>(wait.count()) + 1, 0, timeout);
@@ -250,10 +268,12 @@ class ConnectionListener::Impl {
       if (rc < 0 && errno != EINTR) break;
       if (polls[0].revents) break;  // stop()
       now = Clock::now();
-      backoff = std::chrono::milliseconds(0);
       checkPending(polls, now);  // first: the connections accepted below were not polled yet
       for (std::size_t i = 0; i < listen_.size(); ++i) {
-        if (polls[1 + i].revents & POLLIN) backoff = std::max(backoff, acceptAll(listen_[i].get(), now));
+        if (polls[1 + i].revents & POLLIN) {
+          const auto pause = acceptAll(listen_[i].get(), now);
+          if (pause.count() > 0) acceptPausedUntil = std::max(acceptPausedUntil, now + pause);
+        }
       }
     }
   }
@@ -268,7 +288,10 @@ class ConnectionListener::Impl {
         // EMFILE, ENFILE, ENOBUFS, ENOMEM: drain one connection through the spare descriptor so
         // the backlog does not fill with clients that wait forever, and pause a little.
         count(&ConnectionListenerStats::acceptErrors);
-        spdlog::warn("rendezvous: accept failed: {}; pausing new connections", std::strerror(errno));
+        if (auto held = acceptErrorLog_.allow()) {
+          spdlog::warn("rendezvous: accept failed: {}; pausing new connections{}", std::strerror(errno),
+                       heldBackNote(*held));
+        }
         spare_.reset();
         UniqueFd dropped(::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC));
         spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -279,15 +302,14 @@ class ConnectionListener::Impl {
       if (penalized(address, now)) continue;  // closed here, before it costs anything
       if (atCap()) {
         count(&ConnectionListenerStats::refusedAtCap);
-        const auto last = lastCapWarning_;
-        if (last == Clock::time_point{} || now - last > std::chrono::seconds(10)) {
-          lastCapWarning_ = now;
-          spdlog::warn("rendezvous: refusing connections: {} descriptors open, the limit for connections is {} "
-                       "(--max_connections, or raise the open-file limit)", estimate_, capNow());
+        if (auto held = capLog_.allow(now)) {
+          spdlog::warn("rendezvous: refusing connections: {} descriptors open, the limit is {} ({} per connection; "
+                       "--max_connections, or raise the open-file limit){}", estimate_, capNow(), perConnection(),
+                       heldBackNote(*held));
         }
         continue;  // closed here: the client sees the connection end at once
       }
-      estimate_ += relay_ ? 3 : 1;  // a relayed connection holds the client's socket and a pair
+      estimate_ += perConnection();
       int one = 1;
       ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now});
@@ -410,7 +432,8 @@ class ConnectionListener::Impl {
   std::vector<Pending> pending_;  // accept thread only
   std::size_t baseline_ = 0;      // descriptors open before the first connection
   std::size_t estimate_ = 0;      // accept thread only
-  Clock::time_point lastCapWarning_{};  // accept thread only
+  // One line per 10 s for each event a flood repeats; the next line counts what was held back.
+  LogLimiter acceptErrorLog_, capLog_, penaltyLog_;
   mutable std::mutex mu_;
   ConnectionListenerStats stats_;
   // Connections handed to gRPC, by descriptor number: who connected, the socket's inode, and the

@@ -174,7 +174,9 @@ grpc::Status StoreService::checkCaller(grpc::CallbackServerContext* context) con
 grpc::Status StoreService::tokenStatus(grpc::CallbackServerContext* context) const {
   if (!tokenAuthorized(*context, options_.token)) {
     // Never log the token itself, not even the wrong one: it may be a near miss.
-    spdlog::warn("store: refused a call from {}: missing or wrong job token", context->peer());
+    if (auto held = refusalLog_.allow()) {
+      spdlog::warn("store: refused a call from {}: missing or wrong job token{}", context->peer(), heldBackNote(*held));
+    }
     return {grpc::StatusCode::UNAUTHENTICATED, "invalid job token"};
   }
   return grpc::Status::OK;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/log_limiter.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "store/run_scoped_store.h"
 
@@ -106,6 +107,8 @@ class StoreService final : public v1::Store::CallbackService {
   void removeSession(StoreSession* session);
 
   const StoreServiceOptions options_;
+  // One line per 10 s for refused calls: a client that retries must not flood the log.
+  mutable LogLimiter refusalLog_;
   RunScopedStore store_;
   std::mutex timerMutex_;
   std::condition_variable timerCv_;

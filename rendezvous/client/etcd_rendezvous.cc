@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -79,20 +80,26 @@ class EtcdRendezvous final : public Rendezvous {
   // Leaves (revokes this node's lease, deleting its keys); the last node out deletes the job's keys.
   ~EtcdRendezvous() override { shutdown(); }
 
+  // Joins on a thread of its own: etcd may take its whole retry budget to answer (or never), and
+  // the agent's event loop must stay free for a signal meanwhile.
   void join(RendezvousListener* listener) override {
     DDPRUN_CHECK(listener != nullptr && !joined_, "join once, with a listener");
     joined_ = true;
     core_.setListener(listener);
-    try {
-      joinEtcd();
-    } catch (const ConfigError& e) {
-      fail(std::string("etcd refused this node's configuration: ") + e.what(), kExitUsage);
-    } catch (const Error& e) {
-      // etcd unreachable (no member answered within the retry timeout): an infrastructure failure.
-      fail(std::string("cannot join the rendezvous on etcd: ") + e.what());
-    }
+    joiner_ = std::thread([this] {
+      try {
+        joinEtcd();
+      } catch (const ConfigError& e) {
+        fail(std::string("etcd refused this node's configuration: ") + e.what(), kExitUsage);
+      } catch (const Error& e) {
+        // etcd unreachable (no member answered within the retry timeout): an infrastructure
+        // failure; or this node stops (the client was closed): nothing to say.
+        if (!stopping_) fail(std::string("cannot join the rendezvous on etcd: ") + e.what());
+      }
+    });
   }
 
+  // Runs on the joiner thread; the threads it starts are joined by shutdown() after it.
   void joinEtcd() {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     jobLease_ = jobLease(ttl() * 2);
@@ -101,9 +108,11 @@ class EtcdRendezvous final : public Rendezvous {
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
                                            etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), revision);
     putNode();
+    if (stopping_) return;
     threads_.emplace_back([this] { keepAlive(); });
     threads_.emplace_back([this] { follow(); });
     threads_.emplace_back([this] { elect(); });
+    threads_.emplace_back([this] { writeReports(); });
   }
 
   // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
@@ -128,12 +137,32 @@ class EtcdRendezvous final : public Rendezvous {
     return core_.fenced(round, lastRenewalDue(SteadyClock::now()));
   }
 
+  // Queued for the writer thread, in order: the agent's event loop never waits for etcd.
   void report(const pb::AgentMessage& msg) {
-    if (nodeLease_ == 0) return;
-    try {
-      client_.put(rdzv_ + "events/" + o_.nodeId + "/" + seqKey(++eventSeq_), msg.SerializeAsString(), nodeLease_);
-    } catch (const Error& e) {
-      spdlog::warn("rendezvous (etcd): cannot report to etcd: {}", e.what());
+    if (nodeLease_ == 0) return;  // not joined (yet): the driver knows nothing of this node to update
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reports_.emplace_back(rdzv_ + "events/" + o_.nodeId + "/" + seqKey(++eventSeq_), msg.SerializeAsString());
+    }
+    cv_.notify_all();
+  }
+
+  void writeReports() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      if (reports_.empty()) {
+        cv_.wait(lock, [this] { return stopping_ || !reports_.empty(); });
+        continue;
+      }
+      auto [key, value] = std::move(reports_.front());
+      reports_.pop_front();
+      lock.unlock();
+      try {
+        client_.put(key, value, nodeLease_);
+      } catch (const Error& e) {
+        if (!stopping_) spdlog::warn("rendezvous (etcd): cannot report to etcd: {}", e.what());
+      }
+      lock.lock();
     }
   }
 
@@ -144,20 +173,33 @@ class EtcdRendezvous final : public Rendezvous {
   void reportStopped(uint64_t round) override { report(toProto(AgentReport::workersStopped(round))); }
   void leave() override { report(toProto(AgentReport::leave("stopped by a signal"))); }
 
+  // Within about a second whatever etcd does (a scheduler's SIGTERM must end ddprun in its grace):
+  // calls in flight are cancelled, and the cleanup gets a short budget of its own.
   void shutdown() {
-    if (stopping_.exchange(true)) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_.exchange(true)) return;
+    }
     cv_.notify_all();
+    client_.cancel();
+    if (joiner_.joinable()) joiner_.join();  // first: it is the thread that starts the others
     // The watches' threads end when their EtcdWatch goes; the follower and driver wake within a
     // wait step (kStep).
     for (auto& t : threads_) t.join();
     notices_.reset();
     if (nodeLease_ == 0) return;  // never joined: nothing of ours in etcd
+    EtcdClientOptions cleanupOptions = o_.client;
+    cleanupOptions.callTimeout = std::chrono::milliseconds(250);
+    cleanupOptions.retryTimeout = std::chrono::milliseconds(500);
     try {
-      client_.revokeLease(nodeLease_);
+      // Leaving: the node's key goes with its lease now, so the driver sees this node leave at
+      // once instead of after its TTL.
+      EtcdClient cleanup(cleanupOptions);
+      cleanup.revokeLease(nodeLease_);
       // The last node out removes the job: its state, notices and the workers' keys.
-      if (client_.countPrefix(rdzv_ + "nodes/") == 0) {
-        client_.deletePrefix(jobPrefix_);
-        if (jobLease_ != 0) client_.revokeLease(jobLease_);
+      if (cleanup.countPrefix(rdzv_ + "nodes/") == 0) {
+        cleanup.deletePrefix(jobPrefix_);
+        if (jobLease_ != 0) cleanup.revokeLease(jobLease_);
       }
     } catch (const Error& e) {
       spdlog::warn("rendezvous (etcd): cleanup incomplete ({}); leases expire on their own", e.what());
@@ -562,6 +604,8 @@ class EtcdRendezvous final : public Rendezvous {
   std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<EtcdWatch> notices_;
+  std::deque<std::pair<std::string, std::string>> reports_;  // key, value; guarded by mu_
+  std::thread joiner_;
   std::vector<std::thread> threads_;
 };
 

@@ -109,8 +109,7 @@ class GrpcRendezvous final : public Rendezvous {
   void run() {
     prepareGrpcRuntime();
     auto channel = makeChannel(options_);
-    auto deadline = std::chrono::system_clock::now() + options_.connectTimeout;
-    if (!channel->WaitForConnected(deadline)) {
+    if (!waitConnected(*channel, SteadyClock::now() + options_.connectTimeout)) {
       if (!stopped()) {
         core_.fail("cannot reach the rendezvous at " + options_.endpoint + " within " +
              std::to_string(options_.connectTimeout.count() / 1000) + "s");
@@ -153,11 +152,24 @@ class GrpcRendezvous final : public Rendezvous {
           if (cv_.wait_for(lock, sleep, [this] { return stopping_; })) return;
         }
         // Bounded: a server that accepts connections but never answers must not outlast the window.
-        const auto until = std::chrono::system_clock::now() + (*rejoinDeadline - SteadyClock::now());
-        if (channel->WaitForConnected(until)) break;
+        if (waitConnected(*channel, *rejoinDeadline)) break;
         if (stopped()) return;
         why = "cannot connect";
       }
+    }
+  }
+
+  // Whether the channel connects by `deadline`. gRPC's WaitForConnected cannot be interrupted, so
+  // it waits in slices and gives up within one once the agent stops: a scheduler's SIGTERM must
+  // not wait out a connect timeout (join_timeout, 600 s by default) or a rejoin window.
+  bool waitConnected(grpc::Channel& channel, SteadyClock::time_point deadline) {
+    constexpr auto kSlice = std::chrono::milliseconds(100);
+    for (;;) {
+      if (stopped()) return false;
+      const auto now = SteadyClock::now();
+      if (now >= deadline) return false;
+      const auto slice = std::min<SteadyClock::duration>(deadline - now, kSlice);
+      if (channel.WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
     }
   }
 

@@ -19,7 +19,10 @@ Notice reject(const std::string& nodeId, RejectCode code, std::string message, b
 }  // namespace
 
 std::optional<std::string> RendezvousState::validateRules(const RendezvousRules& r) {
-  if (r.minNodes < 1 || r.maxNodes < r.minNodes || r.maxNodes > 100000) return "node counts must satisfy 1 <= min <= max";
+  if (r.minNodes < 1 || r.maxNodes < r.minNodes || r.maxNodes > 100000) {
+    return "node counts must satisfy 1 <= min <= max <= 100000 (min " + std::to_string(r.minNodes) + ", max " +
+           std::to_string(r.maxNodes) + ")";
+  }
   if (r.maxRestarts < 0) return "max_restarts must not be negative";
   if (r.joinTimeout.count() <= 0 || r.heartbeatTimeout.count() <= 0 || r.lastCallTimeout.count() < 0) {
     return "join and heartbeat timeouts must be positive, the last call timeout not negative";

@@ -84,6 +84,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::AgentMessage, pb
   std::string nodeId;
   bool joined = false;  // guarded by the service's mutex
   bool ended = false;   // guarded by the service's mutex
+  // Why the service closes this session (a fatal refusal, an eviction), for the log line when its
+  // stream ends; empty when the agent or the connection ended it. Guarded by the service's mutex.
+  std::string closedBecause;
 
   const std::string& peer() const { return peerHost_; }
 
@@ -369,7 +372,8 @@ class RendezvousService::Impl {
     if (session == job.sessions.end() || session->second != s) return;
     job.sessions.erase(session);
     if (job.sessions.empty()) job.idleSince = monotonicNow();
-    spdlog::info("job '{}': node {} is gone ({})", s->runId, s->nodeId, reason);
+    spdlog::info("job '{}': node {} is gone ({})", s->runId, s->nodeId,
+                 s->closedBecause.empty() ? reason : s->closedBecause);
     dispatch(job, job.host->leave(s->nodeId, reason, monotonicNow()), fx);
   }
 
@@ -380,8 +384,11 @@ class RendezvousService::Impl {
     for (const auto& notice : effects.notices) {
       auto target = job.sessions.find(notice.nodeId);
       if (target == job.sessions.end()) continue;
-      bool closes = std::holds_alternative<JobEnd>(notice.body) ||
-                    (std::holds_alternative<Rejection>(notice.body) && std::get<Rejection>(notice.body).fatal);
+      bool closes = std::holds_alternative<JobEnd>(notice.body);
+      if (auto* r = std::get_if<Rejection>(&notice.body); r && r->fatal) {
+        closes = true;
+        target->second->closedBecause = r->message;  // "declared dead: no heartbeat for 5.0s", ...
+      }
       post(target->second, toProto(job.runId, notice, true), closes, fx);
     }
   }

@@ -43,6 +43,7 @@ TEST_CASE("fencing: heartbeats are answered with their sequence number", "[rende
 
 TEST_CASE("fencing: a silent node is told it was declared dead and may join again", "[rendezvous][fencing]") {
   Watchdog watchdog(60s, "fencing");
+  LogCapture log;
   TestServer server;
   auto rules = jobRules(1, 2, 0, 0);
   rules.set_heartbeat_timeout_ms(600);
@@ -74,6 +75,12 @@ TEST_CASE("fencing: a silent node is told it was declared dead and may join agai
   }
   auto evicted = expectRejected(b, pb::Rejected::EVICTED, true);
   CHECK_THAT(evicted.message(), Contains("declared dead"));
+  // The daemon's log says why it is gone, not "connection closed" (its stream closes after).
+  auto logDeadline = Clock::now() + kReply;
+  while (Clock::now() < logDeadline && log.text().find("node node-b is gone") == std::string::npos) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK_THAT(log.text(), Contains("node node-b is gone (declared dead: no heartbeat for"));
   CHECK(expectInterrupted(a).round() == round);
   // The old round is over for the store too: a worker of it is refused.
   grpc::Status stale = storeCheck(server.address(), std::nullopt, "fence-evict", round);

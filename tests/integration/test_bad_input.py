@@ -42,6 +42,14 @@ class BadInputTest(DdprunTestCase):
             with self.subTest(flags=flags):
                 self.check_rejected(["--standalone"] + flags + [self.prog], names)
 
+    def test_a_value_with_newlines_is_echoed_escaped_on_one_line(self):
+        # A value with a newline must not forge a second line of ddprun's output (a log reader
+        # would take "ddprun: error: ..." after it for ddprun's own words).
+        for flags in (["--nproc_per_node", "4\nddprun: error: forged"], ["--rdzv_backend", "x\ry\nforged"],
+                      ["--rdzv_id", "id\nforged"]):
+            with self.subTest(flags=flags):
+                self.check_rejected(["--standalone"] + flags + [self.prog], ["\\x0a"])
+
     def test_nproc_per_node_from_pet_variable(self):
         self.check_rejected(["--standalone", self.prog], ["abc"], env={"PET_NPROC_PER_NODE": "abc"})
 

@@ -72,3 +72,8 @@ TEST_CASE("startsWith and endsWith", "[strings]") {
   CHECK_FALSE(ddprun::endsWith("py", ".py"));
   CHECK_FALSE(ddprun::endsWith("train.pyc", ".py"));
 }
+
+TEST_CASE("oneLine escapes control characters only", "[strings]") {
+  CHECK(ddprun::oneLine("a\nb\rc\x1b[31m") == "a\\x0ab\\x0dc\\x1b[31m");
+  CHECK(ddprun::oneLine("path\\x0a stays, caf\xc3\xa9 too") == "path\\x0a stays, caf\xc3\xa9 too");
+}

@@ -135,6 +135,14 @@ void putNodeKey(ddprun::EtcdClient& client, const std::string& runId, const std:
   client.put(kPrefix + "/run/" + runId + "/rdzv/nodes/" + keyName, join.SerializeAsString(), lease);
 }
 
+// A hand-made client: it writes node keys as no agent would.
+ddprun::EtcdClientOptions clientOptions(const EtcdTestCluster& cluster) {
+  ddprun::EtcdClientOptions o;
+  o.endpoints = cluster.endpoints();
+  o.retryTimeout = kSafetyBound;
+  return o;
+}
+
 struct Job {
   explicit Job(const EtcdTestCluster& cluster, const std::string& runId)
       : driver(ddprun::makeEtcdRendezvous(agentOptions(cluster, runId, "a"), [](std::function<void()> f) { f(); })) {
@@ -150,10 +158,7 @@ TEST_CASE("etcd rendezvous: a Join with a last_round the job never had is refuse
           "[etcd][rendezvous]") {
   if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
   EtcdTestCluster cluster;
-  ddprun::EtcdClientOptions co;
-  co.endpoints = cluster.endpoints();
-  co.retryTimeout = kSafetyBound;
-  ddprun::EtcdClient client(co);
+  ddprun::EtcdClient client(clientOptions(cluster));
   Job job(cluster, "stale");
 
   pb::Join join = joinOf("stale", "b");
@@ -179,10 +184,7 @@ TEST_CASE("etcd rendezvous: a malformed Join written into etcd gets the daemon's
           "[etcd][rendezvous]") {
   if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
   EtcdTestCluster cluster;
-  ddprun::EtcdClientOptions co;
-  co.endpoints = cluster.endpoints();
-  co.retryTimeout = kSafetyBound;
-  ddprun::EtcdClient client(co);
+  ddprun::EtcdClient client(clientOptions(cluster));
   Job job(cluster, "bad");
 
   struct Case {
