@@ -95,12 +95,12 @@ def generator(build):
     return os.environ.get("DDPRUN_RDZV_CAPACITY") or os.path.join(build, "bin", "ddprun-rdzv-capacity")
 
 
-def run_one(build, name, spec, rep, log_level, workdir):
+def run_one(build, name, spec, rep, log_level, workdir, guard="off"):
     rdzv = os.path.join(build, "bin", "ddprun-rdzv")
     gen = generator(build)
     log_path = os.path.join(workdir, f"{name}-{rep}.log")
     load_before = loadavg()
-    proc, port = benchlib.start_rdzv(rdzv, log_path, ["--log_level", log_level])
+    proc, port = benchlib.start_rdzv(rdzv, log_path, ["--log_level", log_level, "--connection_guard", guard])
     try:
         time.sleep(0.3)
         idle_rss = rss_kb(proc.pid)
@@ -156,7 +156,7 @@ def report(results, args, machine, commit, started, finished):
     mb = 1 / 1024.0
     out = []
     out.append(f"Runs: {started} to {finished} (UTC), tree {commit}, {args.reps} repetitions each, "
-               f"median (min-max). Machine: {machine}.")
+               f"median (min-max), connection guard {args.guard}. Machine: {machine}.")
     loads = [r["load_before"] for r in results] + [r["load_after"] for r in results]
     out.append(f"1-minute load average before/after the runs: {min(loads):.2f}-{max(loads):.2f} "
                f"(median {statistics.median(loads):.2f}); the generator and the daemon share the 2 cores.")
@@ -232,7 +232,8 @@ def report(results, args, machine, commit, started, finished):
     out.append("Exact commands (PORT and PID: the daemon's, one fresh daemon per run):")
     out.append("")
     out.append("```")
-    out.append(f"{os.path.join(args.build, 'bin', 'ddprun-rdzv')} --port 0 --log_level {args.log_level} 2>LOG")
+    out.append(f"{os.path.join(args.build, 'bin', 'ddprun-rdzv')} --port 0 --log_level {args.log_level} "
+               f"--connection_guard {args.guard} 2>LOG")
     for n in order:
         out.append(by[n][0]["command"])
     out.append("```")
@@ -338,6 +339,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small scenarios, 5 s of heartbeats")
     ap.add_argument("--smoke", action="store_true", help="tiny scenarios once, 1 s of heartbeats: does it still run?")
     ap.add_argument("--log_level", default="info", help="the daemon's (info, as deployed)")
+    ap.add_argument("--guard", choices=("off", "on"), default="off",
+                    help="the daemon's --connection_guard (on by default in ddprun; off here, as on a trusted "
+                         "network, so that 10,000 agents fit a 20,000-descriptor limit; docs/rendezvous.md)")
     ap.add_argument("--report", default="", help="markdown file to write (default: stdout only)")
     ap.add_argument("--json", default="", help="raw results, one JSON object per run")
     ap.add_argument("--plot", default="", help="SVG file to write")
@@ -367,7 +371,10 @@ def main():
     scenarios = SMOKE if args.smoke else QUICK if args.quick else SCENARIOS
     names = [n for n in scenarios if not args.only or n in args.only.split(",")]
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    need = max(scenarios[n]["jobs"] * scenarios[n]["nodes"] * (2 if scenarios[n]["store"] else 1) for n in names) + 256
+    # The generator holds a descriptor per connection; the daemon three with the guard.
+    per_connection = 3 if args.guard == "on" else 1
+    need = max(scenarios[n]["jobs"] * scenarios[n]["nodes"] * (2 if scenarios[n]["store"] else 1) for n in names)
+    need = need * per_connection + 256
     if hard < need:
         sys.exit(f"open-file hard limit {hard} is under {need}: raise it (ulimit -Hn) first")
     commit = benchlib.git_rev()
@@ -377,7 +384,7 @@ def main():
         for rep in range(args.reps):
             for name in names:
                 try:
-                    r = run_one(args.build, name, scenarios[name], rep, args.log_level, workdir)
+                    r = run_one(args.build, name, scenarios[name], rep, args.log_level, workdir, args.guard)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     r = dict(scenario=name, rep=rep, rc=-1, error=str(e)[:500], agents=0,
                              load_before=loadavg(), load_after=loadavg())

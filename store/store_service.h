@@ -31,6 +31,9 @@ struct StoreServiceOptions {
   std::string token;
   // Whether a request's round may use the store. Unset: every round may (standalone use).
   std::function<bool(const std::string& runId, uint64_t round)> roundIsCurrent;
+  // Whether the server has a job of that id at all, so that a call for an unknown job hears so,
+  // not "stale round". Unset: every job is known.
+  std::function<bool(const std::string& runId)> jobExists;
   // Get/Wait requests one Session stream may have waiting at once; more are refused with
   // RESOURCE_EXHAUSTED, so that one client cannot grow the server's memory without limit.
   std::size_t maxPendingPerSession = 1024;

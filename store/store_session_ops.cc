@@ -37,6 +37,10 @@ grpc::Status roundStatus(const StoreServiceOptions& options, const v1::Scope& sc
   // Checked first, so that no later message can echo an unbounded run id.
   if (auto problem = idProblem(scope.run_id())) return {grpc::StatusCode::INVALID_ARGUMENT, "run id " + *problem};
   if (options.roundIsCurrent && !options.roundIsCurrent(scope.run_id(), scope.round())) {
+    if (options.jobExists && !options.jobExists(scope.run_id())) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "no job '" + scope.run_id() + "' on this rendezvous server (none joined with that run id, or it is over)"};
+    }
     return {grpc::StatusCode::FAILED_PRECONDITION,
             "stale round " + std::to_string(scope.round()) + " of run '" + scope.run_id() +
                 "': the store serves only the job's current round"};

@@ -63,7 +63,8 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   out.server = std::move(server);
   if (hosted) {
     spdlog::info("hosting the rendezvous at {}", hosted->server().address());
-    raiseOpenFileLimitForServing();  // the supervisor gives workers the limit they had
+    // The supervisor gives workers the limit they had.
+    raiseOpenFileLimitForServing(serverOptions.reserveFds, serverOptions.guard != RendezvousServerOptions::Guard::kOff);
   }
 
   GrpcRendezvousOptions o;

@@ -45,9 +45,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 86400.0));
   std::string guard;
   app.add_option("--connection_guard,--connection-guard", guard,
-                 "auto, on or off: relay connections through a frame counter that cuts floods of streams or control "
-                 "frames (HTTP/2 rapid reset) before gRPC reads them. auto (default, or DDPRUN_RDZV_GUARD): on with a "
-                 "job token or a non-loopback --bind");
+                 "on or off: relay connections through a frame counter that cuts floods of streams or control "
+                 "frames (HTTP/2 rapid reset) before gRPC reads them. On by default (or DDPRUN_RDZV_GUARD; auto is "
+                 "on): off only on a network where every process is trusted, as it costs two more descriptors per "
+                 "connection (docs/rendezvous.md)");
   ddprun::AbuseLimits& abuse = options.abuse;
   app.add_option("--max_calls_per_second,--max-calls-per-second", abuse.callsPerSecond,
                  "New calls (streams) one connection may start per second, sustained (default 50)")
@@ -82,7 +83,6 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);  // before gRPC starts threads
   try {
     ddprun::setupLogging(logLevel);
-    ddprun::raiseOpenFileLimitForServing();  // no children: nothing to give back
     std::string token;
     if (!tokenFile.empty()) {
       token = ddprun::readTokenFile(tokenFile, "--token_file");
@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
       token = env;
     }
     options.guard = guard.empty() ? ddprun::guardFromEnvironment() : ddprun::parseGuard(guard, "--connection_guard");
+    // No children: nothing to give back.
+    ddprun::raiseOpenFileLimitForServing(options.reserveFds, options.guard != ddprun::RendezvousServerOptions::Guard::kOff);
     abuse.maxPenalty = std::chrono::milliseconds(static_cast<int64_t>(maxPenaltySeconds * 1000));
     options.memoryQuotaBytes = memoryQuotaMiB << 20;
     options.bindAddress = bind;

@@ -50,9 +50,10 @@ class RendezvousServer::Impl {
     if (options_.handshakeTimeout.count() > 0) listen.handshakeTimeout = options_.handshakeTimeout;
     listen.abuse = options_.abuse;
     listen.tokenRequired = !options_.token.empty();
-    listen.relay = options_.guard == RendezvousServerOptions::Guard::kOn ||
-                   (options_.guard == RendezvousServerOptions::Guard::kAuto &&
-                    (!options_.token.empty() || !isLoopback(options_.bindAddress)));
+    // On unless explicitly off: a loopback daemon without a token is not safe either (a shared
+    // login node's other users reach it), and without the guard gRPC 1.51 grows without bound
+    // under rapid reset (docs/rendezvous.md, "The guard is on by default").
+    listen.relay = options_.guard != RendezvousServerOptions::Guard::kOff;
     listener_ = std::make_unique<ConnectionListener>(listen);
     spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter)",
                   listen.relay ? "on" : "off");
@@ -69,6 +70,7 @@ class RendezvousServer::Impl {
     store.roundIsCurrent = [this](const std::string& runId, uint64_t round) {
       return rendezvous_->roundIsCurrent(runId, round);
     };
+    store.jobExists = [this](const std::string& runId) { return rendezvous_->jobExists(runId); };
     store.admitCall = [this](const std::string& grpcPeer, bool authenticated) {
       return listener_->admitCall(grpcPeer, authenticated);
     };
@@ -167,7 +169,7 @@ RendezvousServerOptions::Guard guardFromEnvironment() {
   return value ? parseGuard(value, "DDPRUN_RDZV_GUARD") : RendezvousServerOptions::Guard::kAuto;
 }
 
-void raiseOpenFileLimitForServing() {
+void raiseOpenFileLimitForServing(std::size_t reserveFds, bool guard) {
   constexpr rlim_t kEnough = 4096;
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
@@ -177,9 +179,14 @@ void raiseOpenFileLimitForServing() {
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
   if (limit.rlim_cur < kEnough) {
-    spdlog::warn("the rendezvous server can keep only about {} connections open (open file limit {}; each agent "
-                 "and each store client holds one): raise the hard limit (ulimit -Hn, LimitNOFILE=) for large jobs",
-                 limit.rlim_cur > 64 ? limit.rlim_cur - 64 : 0, limit.rlim_cur);
+    // What the listener's cap allows: the limit less the reserve, over the descriptors one
+    // connection holds (the guard's pair too).
+    const std::size_t perConnection = guard ? 3 : 1;
+    const std::size_t usable = limit.rlim_cur > reserveFds ? limit.rlim_cur - reserveFds : 0;
+    spdlog::warn("the rendezvous server can keep at most {} connections open (open-file limit {} less {} in "
+                 "reserve, {} descriptor(s) per connection{}; each agent and each store client holds one): raise the "
+                 "hard limit (ulimit -Hn, LimitNOFILE=) for large jobs",
+                 usable / perConnection, limit.rlim_cur, reserveFds, perConnection, guard ? " with the connection guard" : "");
   }
 }
 

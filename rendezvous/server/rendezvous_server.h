@@ -48,8 +48,8 @@ struct RendezvousServerOptions {
   // reset, which gRPC 1.51 itself does not stop (abuse_guard.h).
   AbuseLimits abuse;
   // Whether connections pass through the frame-counting relay (connection_relay.h), which cuts a
-  // flood of streams or control frames before gRPC reads it. kAuto: where the server is exposed,
-  // i.e. it has a job token or listens on a non-loopback address.
+  // flood of streams or control frames before gRPC reads it. On unless kOff (kAuto, the default,
+  // is on too: every configuration but an explicit off bounds memory under HTTP/2 abuse).
   enum class Guard { kAuto, kOn, kOff };
   Guard guard = Guard::kAuto;
   // Streams open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). An agent
@@ -73,7 +73,9 @@ RendezvousServerOptions::Guard guardFromEnvironment();
 // server: each agent and each store client holds a connection, i.e. a descriptor, and the usual
 // soft limit (1024) would stop a server near a thousand. Warns when even the hard limit is small.
 // Children started afterwards should get the limit back (the agent's supervisor does).
-void raiseOpenFileLimitForServing();
+// `reserveFds` and `guard` as the server's options will have them: the warning says how many
+// connections the cap then allows.
+void raiseOpenFileLimitForServing(std::size_t reserveFds, bool guard);
 
 class RendezvousServer {
  public:

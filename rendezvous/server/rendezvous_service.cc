@@ -195,6 +195,11 @@ class RendezvousService::Impl {
     return idleCv_.wait_for(lock, timeout, [this] { return sessions_.empty(); });
   }
 
+  bool jobExists(const std::string& runId) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jobs_.count(runId) != 0;
+  }
+
   bool roundIsCurrent(const std::string& runId, uint64_t round) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(runId);
@@ -552,6 +557,8 @@ grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>* RendezvousService:
 bool RendezvousService::roundIsCurrent(const std::string& runId, uint64_t round) const {
   return impl_->roundIsCurrent(runId, round);
 }
+
+bool RendezvousService::jobExists(const std::string& runId) const { return impl_->jobExists(runId); }
 
 void RendezvousService::shutdown() { impl_->shutdown(); }
 

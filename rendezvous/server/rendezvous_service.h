@@ -46,6 +46,8 @@ class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
 
   // For the store: is `round` the running round of `runId`?
   bool roundIsCurrent(const std::string& runId, uint64_t round) const;
+  // For the store's messages: is there a job of that id (running, gathering, or just over)?
+  bool jobExists(const std::string& runId) const;
   // Waits until no agent session is open, or until `timeout` passed. An agent hosting the server
   // calls it before exiting, so that the others read the job's end before the server goes away.
   bool waitIdle(std::chrono::milliseconds timeout);

@@ -168,7 +168,7 @@ TEST_CASE("store service: timeouts raise TimeoutError naming the missing keys", 
 }
 
 TEST_CASE("store service: the job token is required when configured", "[store]") {
-  TestServer server(ddprun::StoreServiceOptions{.token = "s3cret", .roundIsCurrent = nullptr, .maxPendingPerSession = 1024, .admitCall = nullptr});
+  TestServer server(ddprun::StoreServiceOptions{.token = "s3cret", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerSession = 1024, .admitCall = nullptr});
   auto o = clientOptions(server);
   {
     StoreClient noToken(o);

@@ -144,6 +144,12 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
     def test_ping_flood_without_the_token(self):
         self.run_attack_case("ping_flood")
 
+    def test_rapid_reset_on_a_loopback_daemon_with_no_token_and_no_options(self):
+        # The configuration that was unguarded: a local process is not necessarily a trusted one
+        # (a shared login node). It grew to 537 MB, which stayed after the attack.
+        out, daemon = self.run_attack_case("rapid_reset", token=False)
+        self.assertIn("opened streams faster than allowed", daemon.stderr())
+
     def test_rapid_reset_with_the_guard_and_no_token(self):
         out, daemon = self.run_attack_case("rapid_reset", extra=["--connection_guard", "on"], token=False)
         self.assertIn("opened streams faster than allowed", daemon.stderr())
