@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/http2_refusal.h"
 #include "common/log_limiter.h"
 #include "common/net.h"
 #include "common/unique_fd.h"
@@ -307,7 +308,10 @@ class ConnectionListener::Impl {
                        "--max_connections, or raise the open-file limit){}", estimate_, capNow(), perConnection(),
                        heldBackNote(*held));
         }
-        continue;  // closed here: the client sees the connection end at once
+        refuse(conn.get(), "ddprun-rdzv is at its connection limit (" + std::to_string(capNow()) + " descriptors, " +
+                               std::to_string(perConnection()) + " per connection); raise its open-file limit or "
+                               "--max_connections");
+        continue;  // closed here: the client sees the connection end at once, and why
       }
       estimate_ += perConnection();
       int one = 1;
@@ -315,6 +319,22 @@ class ConnectionListener::Impl {
       pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now});
     }
     return std::chrono::milliseconds(0);
+  }
+
+  // Says why before a fresh connection is closed: a GOAWAY carrying `reason`
+  // (common/http2_refusal.h), which an agent's connect probe reads back to say it was refused, and
+  // why. Without the server's SETTINGS first, gRPC's client does not take the connection for a
+  // working one (with them, it did, lost the session at once and gave up after the rejoin window
+  // instead of waiting for room as before).
+  // Best effort: what the client sent is read first, so that the close is a FIN, not a reset
+  // that could discard the answer.
+  static void refuse(int fd, const std::string& reason) {
+    char sink[4096];
+    while (::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    }
+    const std::string frames = http2GoAway(reason);
+    (void)!::send(fd, frames.data(), frames.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(fd, SHUT_WR);
   }
 
   // Hands over the connections whose preface is there; closes the silent and the closed ones.

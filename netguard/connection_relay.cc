@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/http2_refusal.h"
 #include "netguard/http2_frames.h"
 
 namespace ddprun {
@@ -53,7 +54,7 @@ struct Relayed {
   Side inner;       // our end of the socket pair; gRPC holds the other
   Buffer toServer;  // read from client, written to inner
   Buffer toClient;  // read from inner, written to client
-  Http2FrameScanner scanner;
+  Http2FrameScanner scanner;  // what the client sends: counted
   TokenBucket streams;
   TokenBucket control;
   bool trusted = false;
@@ -62,6 +63,7 @@ struct Relayed {
   double heldStreams = 0;
   bool innerWriteShut = false;
   bool clientWriteShut = false;
+  Http2FrameScanner serverFrames{false};  // what gRPC sends: only where its frames end
 };
 
 // epoll's data for a side: the connection's id and which side.
@@ -279,6 +281,7 @@ class ConnectionRelay::Impl {
           return true;
         }
       }
+      if (!fromClient) r.serverFrames.feed(chunk, static_cast<std::size_t>(n));
       in.bytes.insert(in.bytes.end(), chunk, chunk + n);
     }
     return true;
@@ -365,8 +368,26 @@ class ConnectionRelay::Impl {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     const std::string address = it->second->address;
+    tellCut(*it->second, why);
     drop(id, true);
     if (onAbuse_) onAbuse_(address, why);
+  }
+
+  // The client hears why before the connection ends: a GOAWAY naming the limit, after what gRPC
+  // sent so far, if that ends on a frame boundary (else it would be read as part of a frame).
+  // Best effort, never blocking: a client that does not read gets only the close.
+  static void tellCut(Relayed& r, const char* why) {
+    if (r.clientWriteShut || !r.serverFrames.atFrameBoundary()) return;
+    const std::string goAway = http2GoAway(std::string("ddprun-rdzv closed the connection: it ") + why);
+    r.toClient.bytes.insert(r.toClient.bytes.end(), goAway.begin(), goAway.end());
+    bool progress = false;
+    writeFrom(r.client, r.toClient, &progress);
+    ::shutdown(r.client.fd.get(), SHUT_WR);
+    // What the client sent and nobody read would make the close a reset, which can discard the
+    // GOAWAY on the client's side before it reads it: read (and drop) what is there, bounded.
+    char sink[16384];
+    for (int i = 0; i < 64 && ::recv(r.client.fd.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+    }
   }
 
   void drop(uint64_t id, bool abuse) {

@@ -16,8 +16,14 @@ class Http2FrameScanner {
     uint64_t controlFrames = 0;  // frames that carry no payload for a call
   };
 
+  // A client's bytes start with the 24-byte preface; a server's (clientSide false) with a frame.
+  Http2FrameScanner() = default;
+  explicit Http2FrameScanner(bool clientSide) : prefaceLeft_(clientSide ? 24 : 0) {}
+
   // The next bytes the client sent; returns what they completed.
   Counts feed(const char* data, std::size_t size);
+  // Whether everything fed so far ends on a frame boundary (a frame may be written next).
+  bool atFrameBoundary() const { return prefaceLeft_ == 0 && headerHave_ == 0 && payloadLeft_ == 0; }
 
  private:
   std::size_t prefaceLeft_ = 24;

@@ -15,6 +15,7 @@
 #include "common/backoff.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
+#include "rendezvous/client/connect_probe.h"
 #include "rpc/grpc_runtime.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
@@ -162,14 +163,26 @@ class GrpcRendezvous final : public Rendezvous {
   // Whether the channel connects by `deadline`. gRPC's WaitForConnected cannot be interrupted, so
   // it waits in slices and gives up within one once the agent stops: a scheduler's SIGTERM must
   // not wait out a connect timeout (join_timeout, 600 s by default) or a rejoin window.
+  // While it does not connect, it says why once it has tried for 2 s, and again when the reason
+  // changes (a probe every 10 s): refused at the server's cap, nothing listening, no answer.
   bool waitConnected(grpc::Channel& channel, SteadyClock::time_point deadline) {
     constexpr auto kSlice = std::chrono::milliseconds(100);
+    const auto started = SteadyClock::now();
+    auto nextProbe = started + std::chrono::seconds(2);
     for (;;) {
       if (stopped()) return false;
       const auto now = SteadyClock::now();
       if (now >= deadline) return false;
       const auto slice = std::min<SteadyClock::duration>(deadline - now, kSlice);
       if (channel.WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
+      if (SteadyClock::now() >= nextProbe) {
+        nextProbe = SteadyClock::now() + std::chrono::seconds(10);
+        std::string why = whyUnreachable(options_.endpoint, std::chrono::milliseconds(1000));
+        if (!why.empty() && why != lastUnreachable_) {
+          spdlog::warn("cannot connect to the rendezvous at {} yet: {}; still trying", options_.endpoint, why);
+        }
+        lastUnreachable_ = why;
+      }
     }
   }
 
@@ -381,6 +394,7 @@ class GrpcRendezvous final : public Rendezvous {
   uint64_t heartbeatSeq_ = 0;                                     // guarded by sentMu_
   std::deque<std::pair<uint64_t, SteadyClock::time_point>> sent_;  // guarded by sentMu_
   SteadyClock::time_point joinSent_{};  // reader thread only
+  std::string lastUnreachable_;         // reader thread only: what the last connect probe said
   bool evicted_ = false;                // reader thread only
   std::string evictedWhy_;              // reader thread only
   std::mutex writeMu_;
