@@ -55,6 +55,7 @@ import tempfile
 import time
 import uuid
 
+import benchlib
 from benchlib import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,23 +175,8 @@ class Procs:
         self.children = {}
 
     def descendants(self, root):
-        kids = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                kids.setdefault(ppid, []).append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-        out, todo = [], [root]
-        while todo:
-            p = todo.pop()
-            for c in kids.get(p, []):
-                out.append(c)
-                todo.append(c)
-        return out
+        """Every living process below `root` (not root itself)."""
+        return benchlib.descendants(root)[1:]
 
 
 def _port_open(port):

@@ -12,9 +12,11 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "common/http2_refusal.h"
 #include "safety_bound.h"
 
 using ddprun::AbuseLimits;
@@ -140,8 +142,12 @@ TEST_CASE("the relay cuts a connection that opens streams faster than allowed, b
   CHECK(eof);                            // the server side saw the connection end
   CHECK(passed.size() < flood.size());   // and never got the flood
   eof = false;
-  readUpTo(client.test.get(), 1, &eof);
-  CHECK(eof);                            // the client's connection is closed
+  // The client's connection is closed, and it was told why first (a GOAWAY naming the limit:
+  // the server had sent nothing, so a frame may go first).
+  const std::string told = readUpTo(client.test.get(), 1 << 20, &eof);
+  CHECK(eof);
+  CHECK(ddprun::goAwayReason(told) ==
+        std::optional<std::string>("ddprun-rdzv closed the connection: it opened streams faster than allowed"));
   // onAbuse runs on the relay's thread just after it closed the connection.
   const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
   while (std::chrono::steady_clock::now() < deadline) {
