@@ -177,7 +177,7 @@ class GrpcRendezvous final : public Rendezvous {
       if (channel.WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
       if (SteadyClock::now() >= nextProbe) {
         nextProbe = SteadyClock::now() + std::chrono::seconds(10);
-        std::string why = whyUnreachable(options_.endpoint, std::chrono::milliseconds(1000));
+        std::string why = whyUnreachable(options_.endpoint, std::chrono::milliseconds(500));
         if (!why.empty() && why != lastUnreachable_) {
           spdlog::warn("cannot connect to the rendezvous at {} yet: {}; still trying", options_.endpoint, why);
         }
