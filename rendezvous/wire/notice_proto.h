@@ -6,7 +6,7 @@
 #include <string>
 
 #include "ddprun/v1/rendezvous.pb.h"
-#include "rendezvous/client/rendezvous.h"
+#include "rendezvous/rules/node_view.h"
 #include "rendezvous/rules/state_machine.h"
 
 namespace ddprun {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ddprun/v1/rendezvous.pb.h"
-#include "rendezvous/client/rendezvous.h"
+#include "rendezvous/rules/worker_failure.h"
 
 namespace ddprun {
 
