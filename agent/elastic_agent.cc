@@ -148,6 +148,11 @@ class ElasticAgent::Impl {
     }
     group_.reset();  // the previous attempt's group has stopped and been swept
     WorkerGroupEvents events;
+    // A rank that finished beats no more: it is not hung (seed 001: the ranks that finished are
+    // not the ones to blame; the ones still waiting are).
+    events.onSucceededWorker = [this](const WorkerExit& exit) {
+      if (hangDetector_) hangDetector_->forget(exit.rank);
+    };
     events.onFirstFailure = [this](const WorkerExit& exit) { onWorkerFailed(exit); };
     events.onSucceeded = [this] { onGroupSucceeded(); };
     events.onStopped = [this] { onGroupStopped(); };
@@ -242,7 +247,8 @@ class ElasticAgent::Impl {
     exit.pid = pids[localRank];
     exit.time = std::chrono::system_clock::now();
     exit.hangNote = "no heartbeat for " + std::to_string(hung.silentFor.count() / 1000.0).substr(0, 5) +
-                    "s after step " + std::to_string(hung.lastStep);
+                    "s after step " + std::to_string(hung.lastStep) +
+                    (hung.section.empty() ? "" : ", in section '" + hung.section + "'");
     spdlog::warn("rank {} is hung ({})", hung.rank, exit.hangNote);
     onWorkerFailed(exit);
   }

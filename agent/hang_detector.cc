@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstring>
 #include <map>
+#include <set>
 #include <random>
 
 #include "common/error.h"
@@ -50,15 +51,23 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   void arm() {
     readAll();  // whatever is queued was sent by the previous attempt
     beats_.clear();
+    finished_.clear();
     armed_ = true;
   }
 
   void disarm() { armed_ = false; }
 
+  void forget(int rank) {
+    readAll();  // its last beats, queued before it exited, must not bring it back
+    beats_.erase(rank);
+    finished_.insert(rank);
+  }
+
  private:
   struct Beat {
     std::chrono::steady_clock::time_point at;
     int64_t step = 0;
+    std::string section;
   };
 
   void waitReadable() {
@@ -71,17 +80,22 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   }
 
   void readAll() {
-    char buf[128];
+    char buf[256];  // "RANK STEP section=NAME": a name is at most 64 bytes (python/ddprun)
     while (true) {
       ssize_t n = ::recv(descriptor_.native_handle(), buf, sizeof(buf) - 1, 0);
       if (n <= 0) return;
       if (!armed_) continue;
       auto parts = split(trim(std::string_view(buf, static_cast<size_t>(n))), ' ');
-      if (parts.size() != 2) continue;
+      if (parts.size() < 2) continue;
       auto rank = parseInt(parts[0]);
       auto step = parseInt(parts[1]);
       if (!rank || !step || *rank < 0) continue;  // garbage from a confused client: ignored
-      beats_[static_cast<int>(*rank)] = Beat{std::chrono::steady_clock::now(), *step};
+      std::string section;
+      for (std::size_t i = 2; i < parts.size(); ++i) {
+        if (startsWith(parts[i], "section=")) section = printable(parts[i].substr(8), 64);
+      }
+      if (finished_.count(static_cast<int>(*rank))) continue;
+      beats_[static_cast<int>(*rank)] = Beat{std::chrono::steady_clock::now(), *step, std::move(section)};
     }
   }
 
@@ -101,7 +115,7 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
       auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat.at);
       if (silent >= timeout_) {
         armed_ = false;  // one report per attempt
-        onHung_(HungRank{rank, beat.step, silent});
+        onHung_(HungRank{rank, beat.step, silent, beat.section});
         return;
       }
     }
@@ -113,6 +127,7 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   boost::asio::steady_timer timer_;
   std::string name_;
   std::map<int, Beat> beats_;
+  std::set<int> finished_;  // ranks that exited in this attempt
   bool armed_ = false;
 };
 
@@ -124,5 +139,6 @@ HangDetector::~HangDetector() { impl_->stop(); }
 const std::string& HangDetector::socketName() const { return impl_->name(); }
 void HangDetector::arm() { impl_->arm(); }
 void HangDetector::disarm() { impl_->disarm(); }
+void HangDetector::forget(int rank) { impl_->forget(rank); }
 
 }  // namespace ddprun

@@ -1,7 +1,10 @@
-// Detects hung ranks: workers that use the SDK send "RANK STEP" datagrams to a unix socket named in
-// DDPRUN_HEARTBEAT_SOCKET; a rank that has beaten once and then stays silent for the timeout is
-// reported as hung (with its last step), so a stuck collective is found without waiting out its
-// own timeout. Ranks that never beat (programs without the SDK) are never reported.
+// Detects hung ranks: workers that use the SDK (or the Python package `ddprun`, python/) send
+// "RANK STEP" datagrams to a unix socket named in DDPRUN_HEARTBEAT_SOCKET, optionally followed by
+// key=value tokens (section=NAME: the named phase the rank is in, such as a checkpoint; unknown
+// keys are ignored, so that senders may add some); a rank that has beaten once and then stays
+// silent for the timeout is reported as hung (with its last step and section), so a stuck
+// collective is found without waiting out its own timeout. Ranks that never beat (programs
+// without the SDK or the package) are never reported.
 #pragma once
 
 #include <chrono>
@@ -20,6 +23,7 @@ struct HungRank {
   int rank = 0;
   int64_t lastStep = 0;
   std::chrono::milliseconds silentFor{0};
+  std::string section;  // the section its last beat named, or empty
 };
 
 class HangDetector {
@@ -36,6 +40,8 @@ class HangDetector {
   void arm();
   // Stop reporting (the group is stopping); arm() starts again.
   void disarm();
+  // The rank exited (0): it beats no more and is no longer watched in this attempt.
+  void forget(int rank);
 
  private:
   class Impl;

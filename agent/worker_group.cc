@@ -130,6 +130,7 @@ class WorkerGroup::Impl {
   void recordExit(WorkerExit exit) {
     exit.time = std::chrono::system_clock::now();
     exits_.push_back(exit);
+    if (exit.succeeded() && events_.onSucceededWorker) events_.onSucceededWorker(exit);
     if (!exit.succeeded() && !stopping_ && !failureReported_) {
       failureReported_ = true;
       if (events_.onFirstFailure) events_.onFirstFailure(exit);

@@ -42,6 +42,7 @@ struct WorkerExit {
 };
 
 struct WorkerGroupEvents {
+  std::function<void(const WorkerExit&)> onSucceededWorker;  // each worker that exited 0, as it does
   std::function<void(const WorkerExit&)> onFirstFailure;  // once, unless the group is stopping
   std::function<void()> onSucceeded;                      // every worker exited 0
   std::function<void()> onStopped;                        // after stop(): every worker has exited

@@ -22,6 +22,19 @@ for step in range(40):
 open(os.path.join(sys.argv[2], "done_%s_%d" % (rank, attempt)), "w").close()
 '''
 
+# Rank 0 beats a few times and finishes; rank 1 goes on beating (within the timeout) for 2 s.
+FINISH_EARLY_WORKER = r'''
+import os, socket, time
+name = os.environ["DDPRUN_HEARTBEAT_SOCKET"]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+addr = "\0" + name[1:]
+rank = os.environ["RANK"]
+steps = 5 if rank == "0" else 100
+for step in range(steps):
+    sock.sendto(("%s %d\n" % (rank, step)).encode(), addr)
+    time.sleep(0.02)
+'''
+
 QUIET_WORKER = r'''
 import os, sys, time
 time.sleep(1.5)  # never sends a heartbeat: not an SDK program, so never declared hung
@@ -48,6 +61,13 @@ class HangTest(DdprunTestCase):
                             PYTHON, prog, "1", self.tmp], why=HUNG)
         self.assert_exit(res, 0)
         self.assertEqual(self.read("done_1_1"), "")  # rank 1 finished in the second attempt
+
+    def test_a_rank_that_finished_is_not_hung(self):
+        # Its beats stop because it exited 0, not because it hangs (it was declared hung before).
+        prog = self.write_file("early.py", FINISH_EARLY_WORKER)
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--hang_timeout=0.5", PYTHON, prog])
+        self.assert_exit(res, 0)
+        self.assertNotIn("hung", res.stderr, res.describe())
 
     def test_workers_without_heartbeats_are_never_hung(self):
         prog = self.write_file("quiet.py", QUIET_WORKER)

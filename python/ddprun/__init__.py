@@ -1,0 +1,127 @@
+"""ddprun's worker API for Python training scripts: tell the agent that this rank makes progress.
+
+    import ddprun
+
+    for step, batch in enumerate(loader):
+        ...
+        ddprun.report_step(step)          # a heartbeat carrying the step
+    with ddprun.section("checkpoint"):    # a named phase: a hang inside it is reported as such
+        save(model)
+
+Under ddprun with --hang_timeout, a rank whose heartbeats stop for longer than the timeout is
+declared hung, with its last step and section, instead of waiting out a collective's own timeout
+(NCCL's is 10-30 minutes). Outside ddprun, or without --hang_timeout, every call does nothing.
+
+It speaks the C++ SDK's channel (worker_sdk/heartbeat.h): "RANK STEP [section=NAME]" datagrams to
+the unix socket named by DDPRUN_HEARTBEAT_SOCKET ('@' starts an abstract name). No call ever
+blocks or raises into training: a datagram the agent cannot take now is dropped, and the next one
+tries again. Standard library only.
+"""
+
+import contextlib
+import os
+import re
+import socket
+import threading
+
+__all__ = ["enabled", "heartbeat", "report_step", "section"]
+
+_MAX_SECTION = 64
+_SECTION_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+class _Channel:
+    """The socket of this process (made again after a fork: a child must not share its parent's)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = None
+        self._sock = None
+        self._address = None
+        self._rank = None
+        self.step = -1
+        self.sections = []  # the sections entered and not left, innermost last
+
+    def _open(self):
+        name = os.environ.get("DDPRUN_HEARTBEAT_SOCKET", "")
+        rank = os.environ.get("RANK", "")
+        if not name or not rank.isdigit():
+            return False
+        address = "\0" + name[1:] if name.startswith("@") else name
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+        except OSError:
+            return False
+        self._sock, self._address, self._rank = sock, address, int(rank)
+        return True
+
+    def ready(self):
+        pid = os.getpid()
+        if self._pid != pid:  # first use, or a forked child (a DataLoader worker): start afresh
+            if self._sock is not None:
+                try:
+                    self._sock.close()
+                except OSError:
+                    pass
+            self._sock = None
+            self._pid = pid
+            self._open()
+        return self._sock is not None
+
+    def send(self):
+        """One heartbeat with the current step and section; never raises, never blocks."""
+        with self._lock:
+            try:
+                if not self.ready():
+                    return
+                text = "%d %d" % (self._rank, max(self.step, 0))
+                if self.sections:
+                    text += " section=" + self.sections[-1]
+                self._sock.sendto((text + "\n").encode(), self._address)
+            except (OSError, ValueError):
+                pass  # no agent listening yet, a full queue, a socket gone: the next beat tries again
+
+
+_channel = _Channel()
+
+
+def enabled():
+    """Whether heartbeats go anywhere: under ddprun with --hang_timeout (this process)."""
+    with _channel._lock:
+        try:
+            return _channel.ready()
+        except Exception:  # noqa: BLE001  (never raise into training)
+            return False
+
+
+def heartbeat(step=None):
+    """This rank makes progress. `step`: the training step it reached (kept for later beats)."""
+    try:
+        if step is not None:
+            _channel.step = int(step)
+    except (TypeError, ValueError):
+        pass
+    _channel.send()
+
+
+def report_step(step, seconds=None):
+    """This rank finished `step` (in `seconds`, when known): a heartbeat that carries the step.
+    The step time is for straggler detection, which the agent does not read yet."""
+    del seconds  # accepted now so that scripts need not change when stragglers are reported
+    heartbeat(step)
+
+
+@contextlib.contextmanager
+def section(name):
+    """A named phase (a checkpoint, an evaluation): beats on entry and on exit, and a rank declared
+    hung inside it is reported with the section's name. Sections nest."""
+    clean = _SECTION_CHARS.sub("_", str(name))[:_MAX_SECTION] or "_"
+    _channel.sections.append(clean)
+    _channel.send()
+    try:
+        yield
+    finally:
+        if _channel.sections and _channel.sections[-1] == clean:
+            _channel.sections.pop()
+        _channel.send()

@@ -1,0 +1,146 @@
+"""The Python worker API (python/ddprun): heartbeats on the SDK's channel, sections, no-ops outside
+ddprun, never blocking or raising into training; and end to end, a Python rank that stops beating
+inside a section is declared hung under --hang_timeout and named with its section."""
+
+import os
+import socket
+import threading
+import uuid
+
+import ddprun
+from ddprun_testlib import DdprunTestCase, main
+
+PYTHON = "/usr/bin/python3"
+
+HUNG_IN_SECTION = r'''
+import os, time
+import ddprun  # from the checkout's python/ through PYTHONPATH (a user has it installed)
+
+def stuck_in_checkpoint():
+    time.sleep(600)  # as a rank whose checkpoint waits on a peer that is gone
+
+for step in range(10):
+    ddprun.report_step(step)
+    time.sleep(0.02)
+if os.environ["RANK"] == "1":
+    with ddprun.section("checkpoint"):
+        stuck_in_checkpoint()
+'''
+
+
+class Listener:
+    """An abstract unix datagram socket standing in for the agent's."""
+
+    def __init__(self, test):
+        test.addCleanup(self.close)
+        self.name = "@ddprun-test-%s" % uuid.uuid4().hex[:12]
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + self.name[1:])
+        self.sock.settimeout(5)
+
+    def next(self):
+        return self.sock.recv(512).decode()
+
+    def close(self):
+        self.sock.close()
+
+
+class PythonApiTest(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.saved = {k: os.environ.get(k) for k in ("DDPRUN_HEARTBEAT_SOCKET", "RANK")}
+        self.addCleanup(self.restore)
+        ddprun._channel = ddprun._Channel()  # a fresh channel per test (it caches the socket)
+
+    def restore(self):
+        if ddprun._channel._sock is not None:
+            ddprun._channel._sock.close()
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        ddprun._channel = ddprun._Channel()
+
+    def test_outside_ddprun_every_call_does_nothing(self):
+        os.environ.pop("DDPRUN_HEARTBEAT_SOCKET", None)
+        self.assertFalse(ddprun.enabled())
+        ddprun.heartbeat()
+        ddprun.heartbeat(3)
+        ddprun.report_step(4, seconds=0.5)
+        with ddprun.section("checkpoint"):
+            pass
+
+    def test_beats_carry_the_rank_the_step_and_the_section(self):
+        listener = Listener(self)
+        os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
+        os.environ["RANK"] = "3"
+        self.assertTrue(ddprun.enabled())
+        ddprun.heartbeat()
+        self.assertEqual(listener.next(), "3 0\n")
+        ddprun.report_step(41, seconds=0.25)
+        self.assertEqual(listener.next(), "3 41\n")
+        with ddprun.section("checkpoint"):
+            self.assertEqual(listener.next(), "3 41 section=checkpoint\n")
+            with ddprun.section("eval at epoch 2/3"):  # sanitized: one token, bounded
+                self.assertEqual(listener.next(), "3 41 section=eval_at_epoch_2_3\n")
+            self.assertEqual(listener.next(), "3 41 section=checkpoint\n")
+            ddprun.heartbeat(42)
+            self.assertEqual(listener.next(), "3 42 section=checkpoint\n")
+        self.assertEqual(listener.next(), "3 42\n")
+        with ddprun.section("x" * 500):
+            self.assertEqual(listener.next(), "3 42 section=%s\n" % ("x" * 64))
+
+    def test_it_never_blocks_or_raises(self):
+        listener = Listener(self)
+        os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
+        os.environ["RANK"] = "0"
+        done = threading.Event()
+
+        def flood():
+            for step in range(20000):  # far more than the socket queues: the rest is dropped
+                ddprun.heartbeat(step)
+            done.set()
+
+        t = threading.Thread(target=flood, daemon=True)
+        t.start()
+        self.assertTrue(done.wait(60), "a heartbeat blocked on a full socket")
+        listener.sock.close()  # the agent is gone
+        ddprun.heartbeat(1)
+        ddprun.heartbeat("not a step")  # ignored, not raised
+        os.environ["RANK"] = "not a rank"
+        ddprun._channel._sock.close()
+        ddprun._channel = ddprun._Channel()
+        self.assertFalse(ddprun.enabled())
+        ddprun.heartbeat(2)
+
+    def test_a_forked_child_beats_on_a_socket_of_its_own(self):
+        listener = Listener(self)
+        os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
+        os.environ["RANK"] = "5"
+        ddprun.heartbeat(1)
+        self.assertEqual(listener.next(), "5 1\n")
+        parent_sock = ddprun._channel._sock
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ddprun.heartbeat(2)
+                code = 0 if ddprun._channel._sock is not parent_sock else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(listener.next(), "5 2\n")
+
+    def test_a_rank_hung_in_a_section_is_declared_hung_and_named(self):
+        prog = self.write_file("hung.py", HUNG_IN_SECTION)
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--hang_timeout=1", PYTHON, prog],
+                           why="rank 1 sleeps 600 s in its checkpoint unless --hang_timeout=1 catches it")
+        self.assert_exit(res, 124)
+        self.assertRegex(res.stderr, r"rank\s*:\s*1\b", res.describe())
+        self.assertIn("after step 9, in section 'checkpoint'", res.stderr, res.describe())
+
+
+if __name__ == "__main__":
+    main()
