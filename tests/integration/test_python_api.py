@@ -133,6 +133,26 @@ class PythonApiTest(DdprunTestCase):
         self.assertEqual(os.waitstatus_to_exitcode(status), 0)
         self.assertEqual(listener.next(), "5 2\n")
 
+    def test_the_lightning_callback_beats_per_batch_and_marks_validation(self):
+        try:
+            import ddprun.lightning as dl
+        except ImportError as e:
+            self.skipTest("PyTorch Lightning is not installed (%s)" % e)
+        listener = Listener(self)
+        os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
+        os.environ["RANK"] = "0"
+
+        class FakeTrainer:  # the callback reads only global_step
+            global_step = 12
+
+        cb = dl.DdprunCallback()
+        cb.on_train_batch_end(FakeTrainer(), None, None, None, 0)
+        self.assertEqual(listener.next(), "0 12\n")
+        cb.on_validation_start(FakeTrainer(), None)
+        self.assertEqual(listener.next(), "0 12 section=validation\n")
+        cb.on_validation_end(FakeTrainer(), None)
+        self.assertEqual(listener.next(), "0 12\n")
+
     def test_a_rank_hung_in_a_section_is_declared_hung_and_named(self):
         prog = self.write_file("hung.py", HUNG_IN_SECTION)
         res = self.run_job(["--standalone", "--nproc_per_node=2", "--hang_timeout=1", PYTHON, prog],
