@@ -212,6 +212,7 @@ class RendezvousService::Impl {
     std::unique_ptr<RulesHost> host;
     std::map<std::string, SessionReactor*> sessions;
     Micros idleSince{0};  // when its last session ended; meaningful while sessions is empty
+    bool hadAgent = false;  // a node joined it (else its first Join was refused: nothing to keep)
   };
 
   Micros idleLimit() const { return std::chrono::duration_cast<Micros>(options_.jobIdleTimeout); }
@@ -303,10 +304,10 @@ class RendezvousService::Impl {
         Notice refusal = n;
         auto& r = std::get<Rejection>(refusal.body);
         if (r.code == RejectCode::kRulesMismatch) {
-          r.message += job.sessions.empty()
-                           ? "; it has had no agent for " + millis(now - job.idleSince) + " and is forgotten after " +
-                                 millis(idleLimit())
-                           : "; " + std::to_string(job.sessions.size()) + " agent(s) are in it";
+          r.message += !job.sessions.empty() ? "; " + std::to_string(job.sessions.size()) + " agent(s) are in it"
+                       : job.hadAgent   ? "; it has had no agent for " + millis(now - job.idleSince) +
+                                            " and is forgotten after " + millis(idleLimit())
+                                        : "; no agent is in it";
         }
         post(s, toProto(runId, refusal, true), true, fx);
         return false;
@@ -316,6 +317,7 @@ class RendezvousService::Impl {
     s->nodeId = admitted.node.nodeId;
     s->joined = true;
     job.sessions[s->nodeId] = s;
+    job.hadAgent = true;
     spdlog::info("job '{}': node {} joined ({} workers)", s->runId, s->nodeId, admitted.node.localWorldSize);
     dispatch(job, std::move(joined), fx);
     return true;
@@ -427,7 +429,11 @@ class RendezvousService::Impl {
         if (d && *d <= now) dispatch(job, job.host->tick(now), &fx);
         bool finished = job.host->state().phase() == RendezvousState::Phase::kClosed && job.sessions.empty();
         if (!finished && job.sessions.empty() && now >= job.idleSince + idleLimit()) {
-          spdlog::info("job '{}': forgotten after {} without an agent", job.runId, millis(now - job.idleSince));
+          if (job.hadAgent) {
+            spdlog::info("job '{}': forgotten after {} without an agent", job.runId, millis(now - job.idleSince));
+          } else {
+            spdlog::info("job '{}': forgotten (its first Join was refused, so no agent is in it)", job.runId);
+          }
           finished = true;
         }
         if (finished) jobGoneLocked(job.runId);

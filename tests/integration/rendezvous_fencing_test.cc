@@ -98,3 +98,22 @@ TEST_CASE("fencing: a silent node is told it was declared dead and may join agai
   CHECK(reassigned.round() > round);
   CHECK(reassigned.restart_count() == 0);  // a membership change, not a restart
 }
+
+TEST_CASE("a job whose first Join was refused is forgotten, and the log says why, not a time since 0",
+          "[rendezvous][fencing]") {
+  Watchdog watchdog(60s, "fencing");
+  LogCapture log;
+  TestServer server;
+  Session a(server.address());
+  auto join = joinMessage("never-had-round-7", "node-a", jobRules(1, 1, 0, 0), 1);
+  join.mutable_join()->set_last_round(7);  // a restarted server never had it: STALE_ROUND
+  join.mutable_join()->set_has_last_round(true);
+  REQUIRE(a.send(join));
+  expectRejected(a, pb::Rejected::STALE_ROUND, true);
+  auto deadline = Clock::now() + kReply;
+  while (Clock::now() < deadline && log.text().find("job 'never-had-round-7': forgotten") == std::string::npos) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK_THAT(log.text(), Contains("job 'never-had-round-7': forgotten (its first Join was refused"));
+  CHECK_THAT(log.text(), !Contains("without an agent"));
+}
