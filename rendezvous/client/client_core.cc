@@ -18,17 +18,15 @@ FenceTiming FenceTiming::forHeartbeatTimeout(std::chrono::microseconds heartbeat
                      milliseconds(h * 13 / 16)};
 }
 
-JoinRequest joinRequestOf(const NodeOptions& node, uint64_t lastRound) {
-  JoinRequest request;
-  request.runId = node.runId;
-  request.nodeId = node.nodeId;
-  request.localWorldSize = node.localWorldSize;
-  request.rules = node.rules;
-  request.host = node.host;
-  request.masterPort = node.masterPort;
-  request.nodeRank = node.nodeRank;
-  request.lastRound = lastRound;
-  request.reportsStopped = true;
+JoinRequest joinRequestOf(const NodeOptions& o, uint64_t lastRound) {
+  JoinRequest request{o.runId, o.rules, {}};
+  request.node.nodeId = o.nodeId;
+  request.node.localWorldSize = o.localWorldSize;
+  request.node.host = o.host;
+  request.node.masterPort = o.masterPort;
+  request.node.nodeRank = o.nodeRank;
+  request.node.lastRound = lastRound;
+  request.node.reportsStopped = true;
   return request;
 }
 

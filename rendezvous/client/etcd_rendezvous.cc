@@ -13,17 +13,17 @@
 
 #include "common/backoff.h"
 #include "common/error.h"
+#include "common/ids.h"
 #include "common/strings.h"
 #include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
-#include "common/ids.h"
+#include "etcd/etcd_watch.h"
+#include "rendezvous/client/client_core.h"
 #include "rendezvous/rules/admission.h"
 #include "rendezvous/rules/rules_host.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
-#include "rendezvous/client/client_core.h"
-#include "etcd/etcd_watch.h"
 
 namespace ddprun {
 

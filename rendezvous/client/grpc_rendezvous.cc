@@ -15,12 +15,12 @@
 #include "common/backoff.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/client/connect_probe.h"
-#include "rpc/grpc_runtime.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
+#include "rpc/grpc_runtime.h"
 #include "rpc/grpc_util.h"
-#include "ddprun/v1/rendezvous.grpc.pb.h"
 
 namespace ddprun {
 namespace {

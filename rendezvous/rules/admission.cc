@@ -20,38 +20,33 @@ std::optional<std::string> nodeBoundsProblem(const NodeInfo& node, const Rendezv
 }
 
 std::variant<Admitted, Rejection> admit(const JoinRequest& join, const JoinOrigin& origin) {
+  const NodeInfo& node = join.node;
   // Ids and the host first: from here on they are plain enough for logs and store paths.
   if (auto problem = idProblem(join.runId)) return malformed("invalid join: run id " + *problem);
   if (origin.runId && join.runId != *origin.runId) return malformed("invalid join: run id is not this job's");
-  if (auto problem = idProblem(join.nodeId)) return malformed("invalid join: node id " + *problem);
-  if (origin.keyNodeId && join.nodeId != *origin.keyNodeId) {
+  if (auto problem = idProblem(node.nodeId)) return malformed("invalid join: node id " + *problem);
+  if (origin.keyNodeId && node.nodeId != *origin.keyNodeId) {
     return malformed("invalid join: node id is not the name of the node's key");
   }
-  if (!join.host.empty()) {
-    if (auto problem = hostProblem(join.host)) return malformed("invalid join: host " + *problem);
+  if (!node.host.empty()) {
+    if (auto problem = hostProblem(node.host)) return malformed("invalid join: host " + *problem);
   } else if (origin.peerHost.empty()) {
     // Nobody else can say where this node is: it would reach workers as an empty MASTER_ADDR.
     return malformed("invalid join: host is empty, and this backend sees no peer address");
   }
   if (auto problem = RendezvousState::validateRules(join.rules)) return malformed("invalid job rules: " + *problem);
+  if (auto problem = nodeBoundsProblem(node, join.rules)) return malformed("invalid join: " + *problem);
 
   Admitted out;
   out.rules = join.rules;
-  out.node.nodeId = join.nodeId;
-  out.node.localWorldSize = join.localWorldSize;
-  out.node.host = join.host.empty() ? origin.peerHost : join.host;
-  out.node.masterPort = join.masterPort;
-  out.node.nodeRank = join.nodeRank;
-  out.node.lastRound = join.lastRound;
-  out.node.reportsStopped = join.reportsStopped;
-  if (auto problem = nodeBoundsProblem(out.node, join.rules)) return malformed("invalid join: " + *problem);
-
-  if (!join.host.empty() && !origin.peerHost.empty() && sameAddress(join.host, origin.peerHost) == false) {
+  out.node = node;
+  if (node.host.empty()) out.node.host = origin.peerHost;
+  if (!node.host.empty() && !origin.peerHost.empty() && sameAddress(node.host, origin.peerHost) == false) {
     if (origin.requireHostMatch) {
-      return malformed("reported host " + join.host + " is not the address " + origin.peerHost +
+      return malformed("reported host " + node.host + " is not the address " + origin.peerHost +
                        " this node connected from");
     }
-    out.warning = "node " + join.nodeId + " reports host " + join.host + " but connected from " + origin.peerHost +
+    out.warning = "node " + node.nodeId + " reports host " + node.host + " but connected from " + origin.peerHost +
                   "; it becomes MASTER_ADDR if it holds rank 0";
   }
   return out;

@@ -13,17 +13,12 @@
 
 namespace ddprun {
 
-// A Join as a node sent it (decoded from the wire, not yet trusted).
+// A Join as a node sent it (decoded from the wire, not yet trusted): the job it names, the rules
+// it asks for, and the node as the rules will keep it (its host empty: the backend's view of it).
 struct JoinRequest {
   std::string runId;
-  std::string nodeId;
-  int localWorldSize = 1;
   RendezvousRules rules;
-  std::string host;         // this node's address; empty: the backend's view of it
-  int masterPort = 0;
-  int nodeRank = -1;
-  uint64_t lastRound = 0;   // the round the node last ran in, 0 for a fresh agent
-  bool reportsStopped = false;
+  NodeInfo node;
 };
 
 // What the backend knows of where a Join came from.

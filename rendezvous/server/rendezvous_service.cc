@@ -11,15 +11,11 @@
 #include <set>
 #include <thread>
 
-#include "common/ids.h"
-#include "common/net.h"
-#include "common/strings.h"
-#include "rpc/grpc_util.h"
-#include "rendezvous/wire/notice_proto.h"
 #include "rendezvous/rules/admission.h"
 #include "rendezvous/rules/rules_host.h"
 #include "rendezvous/wire/agent_proto.h"
-#include "rendezvous/wire/worker_failure_message.h"
+#include "rendezvous/wire/notice_proto.h"
+#include "rpc/grpc_util.h"
 
 namespace ddprun {
 namespace {

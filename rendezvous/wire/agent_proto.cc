@@ -35,31 +35,10 @@ void toProto(const NodeInfo& node, pb::Join* j) {
   j->set_reports_stopped(node.reportsStopped);
 }
 
-JoinRequest joinRequestOf(const pb::Join& j) {
-  NodeInfo node = nodeInfoOf(j);
-  JoinRequest r;
-  r.runId = j.run_id();
-  r.nodeId = std::move(node.nodeId);
-  r.localWorldSize = node.localWorldSize;
-  r.rules = fromProto(j.rules());
-  r.host = std::move(node.host);
-  r.masterPort = node.masterPort;
-  r.nodeRank = node.nodeRank;
-  r.lastRound = node.lastRound;
-  r.reportsStopped = node.reportsStopped;
-  return r;
-}
+JoinRequest joinRequestOf(const pb::Join& j) { return JoinRequest{j.run_id(), fromProto(j.rules()), nodeInfoOf(j)}; }
 
 void toProto(const JoinRequest& r, pb::Join* j) {
-  NodeInfo node;
-  node.nodeId = r.nodeId;
-  node.localWorldSize = r.localWorldSize;
-  node.host = r.host;
-  node.masterPort = r.masterPort;
-  node.nodeRank = r.nodeRank;
-  node.lastRound = r.lastRound;
-  node.reportsStopped = r.reportsStopped;
-  toProto(node, j);
+  toProto(r.node, j);
   j->set_run_id(r.runId);
   toProto(r.rules, j->mutable_rules());
 }

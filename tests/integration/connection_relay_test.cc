@@ -179,7 +179,7 @@ TEST_CASE("close() cuts a relayed connection from another thread", "[rendezvous]
   relay.close(12345);
 }
 
-TEST_CASE("an untrusted connection may open only a few streams until trust(); then its full burst",
+TEST_CASE("an untrusted connection may open only a few streams until trust(), then its full burst",
           "[rendezvous][relay]") {
   AbuseLimits limits;
   limits.untrustedCallBurst = 4;
@@ -194,8 +194,11 @@ TEST_CASE("an untrusted connection may open only a few streams until trust(); th
   for (uint32_t s = 1; s <= 9; s += 2) five += frame(0x1, s, 8);
   CHECK(::send(cut.test.get(), five.data(), five.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(five.size()));
   bool eof = false;
-  readUpTo(cut.test.get(), 1, &eof);
+  // Told why (a GOAWAY naming the limit), then closed.
+  const std::string told = readUpTo(cut.test.get(), 1 << 20, &eof);
   CHECK(eof);
+  CHECK(ddprun::goAwayReason(told) ==
+        std::optional<std::string>("ddprun-rdzv closed the connection: it opened streams faster than allowed"));
 
   // Trusted after its first stream: forty more pass.
   Pair ok = makePair();

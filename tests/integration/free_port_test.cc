@@ -44,7 +44,7 @@ TEST_CASE("findFreePort: a port below the ephemeral range, free to bind, not the
   CHECK(seen.size() > 1);
 }
 
-TEST_CASE("findFreePort: a taken port is passed over; a range with nothing free falls back to port 0", "[net]") {
+TEST_CASE("findFreePort: a taken port is passed over, a range with nothing free falls back to port 0", "[net]") {
   int held = ddprun::findFreePort("127.0.0.1");
   int fd = bindLoopback(held);
   REQUIRE(fd >= 0);

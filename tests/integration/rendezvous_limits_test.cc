@@ -9,7 +9,7 @@
 using Catch::Matchers::Contains;
 using namespace ddprun::test;
 
-TEST_CASE("limits: a job that fills its store share gets RESOURCE_EXHAUSTED; other jobs are served",
+TEST_CASE("limits: a job that fills its store share gets RESOURCE_EXHAUSTED, other jobs are served",
           "[limits]") {
   Watchdog dog(60s, "limits: store");
   auto options = loopbackServer();
@@ -29,7 +29,7 @@ TEST_CASE("limits: a job that fills its store share gets RESOURCE_EXHAUSTED; oth
   requireServesNewJob(server);
 }
 
-TEST_CASE("limits: a job without agents is forgotten after the idle timeout; meanwhile a mismatch says why",
+TEST_CASE("limits: a job without agents is forgotten after the idle timeout, meanwhile a mismatch says why",
           "[limits]") {
   Watchdog dog(60s, "limits: idle job");
   auto options = loopbackServer();

@@ -147,7 +147,7 @@ std::vector<ncclResult_t> initRanks(const std::vector<int>& devices, std::vector
 
 }  // namespace
 
-TEST_CASE("simgpu nccl api: non-blocking init completes; two ranks on one device are NCCL's duplicate GPU error",
+TEST_CASE("simgpu nccl api: non-blocking init completes, two ranks on one device are NCCL's duplicate GPU error",
           "[simgpu]") {
   std::vector<ncclComm_t> comms;
   auto states = initRanks({0, 1}, comms);
@@ -160,7 +160,7 @@ TEST_CASE("simgpu nccl api: non-blocking init completes; two ranks on one device
   CHECK(ncclCommDestroy(comms[0]) == ncclInvalidArgument);  // used after abort: refused, not undefined
 }
 
-TEST_CASE("simgpu nccl api: ranks issuing different collectives get ncclInvalidUsage; an abort releases a waiting peer",
+TEST_CASE("simgpu nccl api: ranks issuing different collectives get ncclInvalidUsage, an abort releases a waiting peer",
           "[simgpu]") {
   std::vector<ncclComm_t> comms;
   REQUIRE(initRanks({0, 1}, comms) == std::vector<ncclResult_t>{ncclSuccess, ncclSuccess});

@@ -62,7 +62,17 @@ int main(int argc, char* argv[]) {
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   const int rc = session.run();
   const SkipTally& t = tally();
-  if (t.testCasesRun == 0) return rc;  // --list-tests and the like
+  if (t.testCasesRun == 0) {
+    const Catch::ConfigData& config = session.configData();
+    const bool listing = config.listTests || config.listTestNamesOnly || config.listTags || config.listReporters;
+    if (!listing && !config.testsOrTags.empty()) {
+      // ctest runs one test case by name: a name that matches nothing ran nothing, which must not
+      // pass. (A ';' in a test case's name made ctest split it, and ten test cases never ran.)
+      std::fprintf(stderr, "no test case matched the filter: nothing ran\n");
+      return 1;
+    }
+    return rc;  // --list-tests and the like
+  }
   if (!t.skipped.empty()) {
     std::printf("%zu of %d test case(s) skipped, not passed:\n", t.skipped.size(), t.testCasesRun);
     for (const auto& [name, reason] : t.skipped) std::printf("  SKIPPED: %s: %s\n", name.c_str(), reason.c_str());

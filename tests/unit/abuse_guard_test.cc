@@ -38,7 +38,7 @@ TEST_CASE("a connection may start its call burst, then is refused for good", "[r
   CHECK_FALSE(budget.admit(t0 + 1h, true, limits));  // final: time does not bring it back
 }
 
-TEST_CASE("one call without a valid token is answered; the next one refuses the connection", "[rendezvous][abuse]") {
+TEST_CASE("one call without a valid token is answered, the next one refuses the connection", "[rendezvous][abuse]") {
   AbuseLimits limits;
   const auto t0 = Clock::time_point{} + 1h;
   CallBudget budget(t0, limits);

@@ -16,11 +16,11 @@ namespace {
 JoinRequest goodJoin() {
   JoinRequest j;
   j.runId = "job";
-  j.nodeId = "node-a";
+  j.node.nodeId = "node-a";
   j.rules.minNodes = 1;
   j.rules.maxNodes = 2;
-  j.host = "10.0.0.1";
-  j.masterPort = 29500;
+  j.node.host = "10.0.0.1";
+  j.node.masterPort = 29500;
   return j;
 }
 
@@ -54,22 +54,22 @@ TEST_CASE("admission: a valid Join becomes the node the rules keep", "[rendezvou
 
 TEST_CASE("admission: ids, the host and the bounds are checked, and nothing refused is echoed", "[rendezvous][admission]") {
   JoinRequest j = goodJoin();
-  j.nodeId = "x/evil";
+  j.node.nodeId = "x/evil";
   CHECK(refusal(j) == "invalid join: node id may hold only letters, digits and . _ : @ + = -");
   j = goodJoin();
   j.runId = std::string(300, 'r');
   CHECK_THAT(refusal(j), Contains("invalid join: run id is 300 bytes"));
   j = goodJoin();
-  j.host = std::string(300, 'h');
+  j.node.host = std::string(300, 'h');
   CHECK(refusal(j) == "invalid join: host is longer than 253 bytes");
   j = goodJoin();
-  j.host = "bad host\n";
+  j.node.host = "bad host\n";
   CHECK_THAT(refusal(j), Contains("invalid join: host is not a hostname"));
   j = goodJoin();
-  j.nodeRank = 2;  // max nodes 2: ranks 0 and 1
+  j.node.nodeRank = 2;  // max nodes 2: ranks 0 and 1
   CHECK_THAT(refusal(j), Contains("node rank (< max nodes)"));
   j = goodJoin();
-  j.localWorldSize = 1025;
+  j.node.localWorldSize = 1025;
   CHECK_THAT(refusal(j), Contains("local world size (1-1024)"));
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("admission: rules out of range name the bound, 100000 nodes at most", 
 
 TEST_CASE("admission: the host against the peer address (gRPC)", "[rendezvous][admission]") {
   JoinRequest j = goodJoin();
-  j.host = "";
+  j.node.host = "";
   auto out = admit(j, peer("10.0.0.7"));
   REQUIRE(std::holds_alternative<Admitted>(out));
   CHECK(std::get<Admitted>(out).node.host == "10.0.0.7");  // as the server sees it
@@ -104,7 +104,7 @@ TEST_CASE("admission: a node key on etcd (no peer address, the key names the nod
   etcd.runId = "job";
   CHECK(std::holds_alternative<Admitted>(admit(goodJoin(), etcd)));
   JoinRequest j = goodJoin();
-  j.host = "";
+  j.node.host = "";
   CHECK_THAT(refusal(j, etcd), Contains("host is empty"));
   etcd.keyNodeId = "node-b";
   CHECK(refusal(goodJoin(), etcd) == "invalid join: node id is not the name of the node's key");
@@ -113,7 +113,7 @@ TEST_CASE("admission: a node key on etcd (no peer address, the key names the nod
   CHECK(refusal(goodJoin(), etcd) == "invalid join: run id is not this job's");
 }
 
-TEST_CASE("rules host: other rules are refused naming the difference; effects name new rounds and the end",
+TEST_CASE("rules host: other rules are refused naming the difference, effects name new rounds and the end",
           "[rendezvous][admission]") {
   using std::chrono::seconds;
   RendezvousRules rules;

@@ -47,7 +47,7 @@ std::string lines(int count, char c) {
 
 }  // namespace
 
-TEST_CASE("console: a reader that never reads does not block the writer; drops are counted", "[console]") {
+TEST_CASE("console: a reader that never reads does not block the writer, drops are counted", "[console]") {
   Pipe p;
   // A pipe holds 64 KiB, the writing thread one batch (<= 64 KiB) and the queue 64 KiB: the rest
   // of 10 MB must be dropped, at once.

@@ -83,7 +83,7 @@ TEST_CASE("endpoint: joinHostPort brackets IPv6 and round-trips through parseEnd
   }
 }
 
-TEST_CASE("sameAddress: IP addresses of one host in any spelling; host names are not compared", "[net]") {
+TEST_CASE("sameAddress: IP addresses of one host in any spelling, host names are not compared", "[net]") {
   CHECK(ddprun::sameAddress("127.0.0.1", "127.0.0.1") == true);
   CHECK(ddprun::sameAddress("::ffff:127.0.0.1", "127.0.0.1") == true);
   CHECK(ddprun::sameAddress("2001:db8::1", "2001:0db8:0:0::1") == true);

@@ -183,7 +183,7 @@ TEST_CASE("an option followed by a flag has lost its value: refused unless writt
   CHECK_FALSE(check({"--role"}).has_value());  // a missing value is CLI11's message
 }
 
-TEST_CASE("abbreviations: a prefix naming one flag is that flag, as argparse; an ambiguous one is an error", "[cli][flag_table]") {
+TEST_CASE("abbreviations: a prefix naming one flag is that flag, as argparse, an ambiguous one is an error", "[cli][flag_table]") {
   auto expand = [](std::vector<const char*> words) {
     words.insert(words.begin(), "ddprun");
     return ddprun::expandAbbreviations(static_cast<int>(words.size()), words.data());

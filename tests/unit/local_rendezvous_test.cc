@@ -148,7 +148,7 @@ TEST_CASE("local driver: the job's end carries the rules' reason, the failure an
   CHECK(h.drain() == 0);
 }
 
-TEST_CASE("local driver: success closes the job; a stale report calls nothing", "[rendezvous][local]") {
+TEST_CASE("local driver: success closes the job, a stale report calls nothing", "[rendezvous][local]") {
   Harness h(options(2, 1));
   h.rdzv->join(&h.listener);
   h.drain();

@@ -173,7 +173,7 @@ TEST_CASE("a run id outside the rendezvous' charset is a configuration error in 
   }
 }
 
-TEST_CASE("addresses: --local_addr and --master_addr are hosts; a port or garbage is a configuration error", "[cli][rendezvous_setup]") {
+TEST_CASE("addresses: --local_addr and --master_addr are hosts, a port or garbage is a configuration error", "[cli][rendezvous_setup]") {
   for (const char* bad : {"127.0.0.1:-1", "127.0.0.1:80", "host name", "a..b"}) {
     INFO(bad);
     ddprun::LaunchConfig local;

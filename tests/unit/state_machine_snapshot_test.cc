@@ -61,7 +61,7 @@ TEST_CASE("snapshot: a restored running round answers failures, joins and succes
   }
 }
 
-TEST_CASE("snapshot: restored nodes count as seen at the restore; heartbeats are due from then", "[rendezvous][snapshot]") {
+TEST_CASE("snapshot: restored nodes count as seen at the restore, heartbeats are due from then", "[rendezvous][snapshot]") {
   auto r = rules(1, 2);
   r.heartbeatTimeout = sec(5);
   RendezvousState s("job", r, sec(0));

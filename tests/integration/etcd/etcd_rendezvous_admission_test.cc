@@ -80,10 +80,10 @@ ddprun::EtcdRendezvousOptions agentOptions(const EtcdTestCluster& cluster, const
 pb::Join joinOf(const std::string& runId, const std::string& nodeId) {
   ddprun::JoinRequest r;
   r.runId = runId;
-  r.nodeId = nodeId;
+  r.node.nodeId = nodeId;
   r.rules = twoNodes();
-  r.host = "127.0.0.1";
-  r.reportsStopped = true;
+  r.node.host = "127.0.0.1";
+  r.node.reportsStopped = true;
   pb::Join j;
   ddprun::toProto(r, &j);
   return j;
