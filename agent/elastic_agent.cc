@@ -5,16 +5,21 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
 #include "agent/filtered_log.h"
 #include "agent/hang_detector.h"
+#include "agent/stack_dump.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/unique_fd.h"
 
 namespace ddprun {
@@ -22,17 +27,19 @@ namespace ddprun {
 class ElasticAgent::Impl {
  public:
   Impl(boost::asio::io_context& io, Rendezvous& rendezvous, ProcessSupervisor& supervisor, AgentOptions options)
-      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)) {
+      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)), finishTimer_(io),
+        dumpTimer_(io) {
     if (!options_.stdoutConsole) options_.stdoutConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{1});
     if (!options_.stderrConsole) options_.stderrConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{2});
+    if (!options_.canDumpStack) options_.canDumpStack = isPythonProcess;
   }
 
   void start(ElasticAgent* self, std::function<void(int)> onFinished) {
     onFinished_ = std::move(onFinished);
-    if (options_.hangTimeout.count() > 0) {
-      hangDetector_ = std::make_unique<HangDetector>(io_, options_.hangTimeout,
-                                                     [this](const HungRank& hung) { onHung(hung); });
-    }
+    // Always listening: heartbeats also tell a rank alive past --finish_timeout, and how far an
+    // attempt got; only --hang_timeout makes silence a hang.
+    hangDetector_ = std::make_unique<HangDetector>(io_, options_.hangTimeout,
+                                                   [this](const HungRank& hung) { onHung(hung); });
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
@@ -78,7 +85,7 @@ class ElasticAgent::Impl {
     // A round interrupted before its workers started here (the last ones were still stopping)
     // never starts.
     if (pendingRound_ && pendingRound_->round <= round) pendingRound_.reset();
-    if (group_ && !groupStopped_ && round == currentRound_.round) {
+    if (group_ && !groupStopped_ && round == currentRound_.round && dumping_.empty()) {
       spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
       group_->stop(SIGTERM, options_.shutdownGrace);
     }
@@ -99,6 +106,12 @@ class ElasticAgent::Impl {
     }
   }
 
+  void onPeerFinished(uint64_t round, int rank, const std::string& node) {
+    if (finished_ || !group_ || groupStopped_ || round != currentRound_.round) return;
+    if (!peerFinished_) peerFinished_ = PeerFinished{rank, node};
+    startFinishTimer();
+  }
+
   void onJobClosed(const JobClosure& closure) {
     if (finished_ || jobClosed_) return;  // the first closure is the job's
     pendingRound_.reset();
@@ -107,7 +120,8 @@ class ElasticAgent::Impl {
     jobFailure_ = closure.failure;
     jobFailedNode_ = closure.failedNode;
     closureStatus_ = closure.exitStatus;
-    if (closure.outcome == JobOutcome::kFailed && group_ && !groupStopped_) {
+    // (A hang's stack dumps are awaited first; the group is stopped when they are in.)
+    if (closure.outcome == JobOutcome::kFailed && group_ && !groupStopped_ && dumping_.empty()) {
       group_->stop(SIGTERM, options_.shutdownGrace);
     }
     maybeFinishClosedJob();
@@ -141,6 +155,15 @@ class ElasticAgent::Impl {
     currentRound_ = round;
     groupStopped_ = false;
     firstFailure_.reset();
+    finishedRanks_.clear();
+    peerFinished_.reset();
+    reportedFinish_ = false;
+    finishTimer_.cancel();
+    finishTimerArmed_ = false;
+    dumpTimer_.cancel();
+    dumping_.clear();
+    stacks_.clear();
+    diagnosis_.clear();
     std::vector<WorkerSpec> specs;
     const FilteredLogs filtered = openFilteredLogs(round);
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
@@ -152,6 +175,7 @@ class ElasticAgent::Impl {
     // not the ones to blame; the ones still waiting are).
     events.onSucceededWorker = [this](const WorkerExit& exit) {
       if (hangDetector_) hangDetector_->forget(exit.rank);
+      onRankFinished(exit);
     };
     events.onFirstFailure = [this](const WorkerExit& exit) { onWorkerFailed(exit); };
     events.onSucceeded = [this] { onGroupSucceeded(); };
@@ -220,6 +244,8 @@ class ElasticAgent::Impl {
       spec.request.cpus = options_.workerCpus[static_cast<std::size_t>(localRank)];
     }
     if (hangDetector_) spec.request.env.set("DDPRUN_HEARTBEAT_SOCKET", hangDetector_->socketName());
+    // A Python rank then dumps its stack on the SIGABRT that ends it when it hangs (stack_dump.h).
+    if (!options_.inherited.get("PYTHONFAULTHANDLER")) spec.request.env.set("PYTHONFAULTHANDLER", "1");
 
     const LogOptions& log = options_.log;
     int redirected = log.redirects.forRank(localRank);
@@ -239,21 +265,164 @@ class ElasticAgent::Impl {
   void onHung(const HungRank& hung) {
     if (!group_ || groupStopped_ || firstFailure_ || stopSignal_) return;
     int localRank = hung.rank - currentRound_.rankOffset;
-    auto pids = group_->pids();
-    if (localRank < 0 || localRank >= static_cast<int>(pids.size())) return;
+    if (localRank < 0 || localRank >= options_.nprocPerNode || !group_->running(localRank)) return;
     WorkerExit exit;
     exit.localRank = localRank;
     exit.rank = hung.rank;
-    exit.pid = pids[localRank];
+    exit.pid = group_->pid(localRank);
     exit.time = std::chrono::system_clock::now();
     exit.hangNote = "no heartbeat for " + std::to_string(hung.silentFor.count() / 1000.0).substr(0, 5) +
                     "s after step " + std::to_string(hung.lastStep) +
                     (hung.section.empty() ? "" : ", in section '" + hung.section + "'");
     spdlog::warn("rank {} is hung ({})", hung.rank, exit.hangNote);
-    onWorkerFailed(exit);
+    diagnoseAndStop(exit);
+  }
+
+  // --- --finish_timeout ---------------------------------------------------------------------
+
+  void onRankFinished(const WorkerExit& exit) {
+    finishedRanks_.insert(exit.rank);
+    if (!reportedFinish_) {
+      reportedFinish_ = true;
+      rendezvous_.reportRankFinished(currentRound_.round, exit.rank);
+    }
+    startFinishTimer();
+  }
+
+  void startFinishTimer() {
+    if (options_.finishTimeout.count() <= 0 || finishTimerArmed_ || !group_ || groupStopped_) return;
+    finishTimerArmed_ = true;
+    finishStarted_ = std::chrono::steady_clock::now();
+    scheduleFinishCheck(options_.finishTimeout);
+  }
+
+  void scheduleFinishCheck(std::chrono::milliseconds after) {
+    const uint64_t round = currentRound_.round;
+    finishTimer_.expires_after(after);
+    finishTimer_.async_wait([this, round](const boost::system::error_code& ec) {
+      if (!ec && round == currentRound_.round) checkFinish();
+    });
+  }
+
+  // The bound has passed since the first rank finished: every rank still running here that has
+  // not beaten within the bound is hung. One that beats is alive (an epilogue that says so) and is
+  // looked at again when its silence could reach the bound.
+  void checkFinish() {
+    if (finished_ || !group_ || groupStopped_ || firstFailure_ || stopSignal_) return;
+    std::vector<int> hung;
+    std::chrono::milliseconds nextCheck = options_.finishTimeout;
+    for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
+      if (!group_->running(localRank)) continue;
+      const int rank = currentRound_.rankOffset + localRank;
+      auto silent = hangDetector_ ? hangDetector_->silentFor(rank) : std::nullopt;
+      if (silent && *silent < options_.finishTimeout) {
+        nextCheck = std::min(nextCheck, options_.finishTimeout - *silent);
+        continue;
+      }
+      hung.push_back(localRank);
+    }
+    if (hung.empty()) {
+      if (!group_->allExited()) scheduleFinishCheck(std::max(nextCheck, std::chrono::milliseconds(10)));
+      return;
+    }
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                              finishStarted_);
+    std::string finished;
+    for (int rank : finishedRanks_) finished += (finished.empty() ? "" : ", ") + ("rank " + std::to_string(rank));
+    if (peerFinished_ && !finishedRanks_.count(peerFinished_->rank)) {
+      finished += (finished.empty() ? "" : ", ") + ("rank " + std::to_string(peerFinished_->rank)) +
+                  (peerFinished_->node.empty() ? "" : " (node " + peerFinished_->node + ")");
+    }
+    std::string running;
+    for (int localRank : hung) {
+      running += (running.empty() ? "" : ", ") + ("rank " + std::to_string(currentRound_.rankOffset + localRank));
+    }
+    const std::string seconds = formatSeconds(waited);
+    diagnosis_ = "job hung at its end: finished: " + finished + "; still running: " + running + ", " + seconds +
+                 " after the first rank finished (--finish_timeout=" + formatSeconds(options_.finishTimeout) +
+                 "). This usually means uneven inputs: some ranks ran out of data and exited while the others "
+                 "wait in a collective for them. Give every rank the same number of batches (DistributedSampler "
+                 "with drop_last=True), or let ranks that finish early shadow the others' collectives with "
+                 "torch.distributed.algorithms.Join. A rank whose epilogue outlasts the bound should call "
+                 "ddprun.heartbeat() in it, or raise --finish_timeout.";
+    WorkerExit exit;
+    exit.localRank = hung.front();
+    exit.rank = currentRound_.rankOffset + hung.front();
+    exit.pid = group_->pid(hung.front());
+    exit.time = std::chrono::system_clock::now();
+    exit.hangNote = "still running " + seconds + " after " + (finished.empty() ? "a rank" : finished) +
+                    " finished (--finish_timeout)";
+    diagnoseAndStop(exit);
+  }
+
+  static std::string formatSeconds(std::chrono::milliseconds d) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1fs", static_cast<double>(d.count()) / 1000.0);
+    return buf;
+  }
+
+  // --- evidence before the kill (stack_dump.h) ----------------------------------------------
+
+  // A hang was declared (`exit` is the rank blamed): tell the rendezvous, take the Python stack of
+  // every rank still running here (SIGABRT under PYTHONFAULTHANDLER), wait for the dumps at most
+  // stackDumpWait, then stop the group as for any failure.
+  void diagnoseAndStop(const WorkerExit& exit) {
+    firstFailure_ = exit;
+    group_->markFailed();
+    if (hangDetector_) hangDetector_->disarm();
+    finishTimer_.cancel();
+    const std::string how = "is hung (" + exit.hangNote + ")";
+    spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; taking the stacks of the running ranks", exit.rank,
+                 exit.localRank, exit.pid, how);
+    rendezvous_.reportWorkerFailure(currentRound_.round,
+                                    WorkerFailure{exit.rank, exit.exitCode, exit.signal, exitStatusOf(exit),
+                                                  how.substr(0, 200)});
+    for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
+      if (!group_->running(localRank)) continue;
+      FailureReportInput::RankStack stack{currentRound_.rankOffset + localRank, localRank, {}, {}};
+      if (options_.canDumpStack(group_->pid(localRank))) {
+        group_->signalWorker(localRank, SIGABRT);
+        dumping_.insert(localRank);
+      } else {
+        stack.missing = "no Python stack (not a Python process)";
+      }
+      stacks_.push_back(std::move(stack));
+    }
+    dumpDeadline_ = std::chrono::steady_clock::now() + options_.stackDumpWait;
+    awaitDumps();
+  }
+
+  void awaitDumps() {
+    bool pending = false;
+    for (int localRank : dumping_) pending = pending || group_->running(localRank);
+    if (!pending || std::chrono::steady_clock::now() >= dumpDeadline_) {
+      collectDumps();
+      group_->stop(SIGTERM, options_.shutdownGrace);
+      return;
+    }
+    dumpTimer_.expires_after(std::chrono::milliseconds(20));
+    const uint64_t round = currentRound_.round;
+    dumpTimer_.async_wait([this, round](const boost::system::error_code& ec) {
+      if (!ec && round == currentRound_.round && group_ && !groupStopped_) awaitDumps();
+    });
+  }
+
+  void collectDumps() {
+    for (auto& stack : stacks_) {
+      if (!dumping_.count(stack.localRank)) continue;
+      group_->drainOutput(stack.localRank);
+      stack.lines = faulthandlerDump(group_->stderrTail(stack.localRank));
+      if (stack.lines.empty()) {
+        stack.missing = group_->running(stack.localRank)
+                            ? "no stack within " + formatSeconds(options_.stackDumpWait) + " (skipped)"
+                            : "no stack: the rank ended without a faulthandler dump (PYTHONFAULTHANDLER off?)";
+      }
+    }
+    dumping_.clear();
   }
 
   void onWorkerFailed(const WorkerExit& exit) {
+    if (firstFailure_) return;  // a hang was declared first; this exit is its stack dump
     if (rendezvous_.fenced(currentRound_.round)) {
       // Killed by the fence (this agent's or the watchdog's, while this process was frozen), or
       // ended while the node was cut off: not a failure of the job, and no restart is spent.
@@ -339,7 +508,28 @@ class ElasticAgent::Impl {
     in.first = first;
     in.errorFile = group_->spec(first.localRank).errorFile;
     in.error = readErrorFile(in.errorFile);
-    in.stderrTail = group_->stderrTail(first.localRank);
+    auto tail = beforeFaulthandlerDump(group_->stderrTail(first.localRank));
+    constexpr std::size_t kTailShown = 20;
+    if (tail.size() > kTailShown) tail.erase(tail.begin(), tail.end() - kTailShown);
+    in.stderrTail = std::move(tail);
+    in.diagnosis = diagnosis_;
+    in.stacks = stacks_;
+    if (!first.hangNote.empty() && !in.error) {
+      // The hung rank was killed before it could say anything: its error file gets the diagnosis
+      // and its stack, where torchrun's tools look.
+      std::string traceback;
+      for (const auto& stack : in.stacks) {
+        if (stack.localRank != first.localRank) continue;
+        for (const auto& line : stack.lines) traceback += line + "\n";
+        if (stack.lines.empty()) traceback = stack.missing;
+      }
+      std::string message = "hung: " + first.hangNote;
+      if (!diagnosis_.empty()) message += ". " + diagnosis_;
+      if (writeErrorFile(in.errorFile, message, traceback)) {
+        in.error = readErrorFile(in.errorFile);
+        for (auto& stack : in.stacks) stack.inErrorFile = stack.inErrorFile || stack.localRank == first.localRank;
+      }
+    }
     for (const auto& e : group_->exits()) {
       bool causedByStop = e.signal == SIGTERM || e.signal == SIGKILL;
       if (e.localRank != first.localRank && !e.succeeded() && !causedByStop) in.others.push_back(e);
@@ -410,6 +600,23 @@ class ElasticAgent::Impl {
   std::optional<uint64_t> stopOwed_;  // the round whose interruption awaits reportStopped
   std::optional<WorkerExit> firstFailure_;
   std::unique_ptr<HangDetector> hangDetector_;
+  // --finish_timeout, for the current round.
+  struct PeerFinished {
+    int rank = 0;
+    std::string node;
+  };
+  boost::asio::steady_timer finishTimer_;
+  bool finishTimerArmed_ = false;
+  std::chrono::steady_clock::time_point finishStarted_;
+  std::set<int> finishedRanks_;  // local ranks that exited 0
+  std::optional<PeerFinished> peerFinished_;
+  bool reportedFinish_ = false;
+  // A hang's evidence, for the current round.
+  boost::asio::steady_timer dumpTimer_;
+  std::chrono::steady_clock::time_point dumpDeadline_;
+  std::set<int> dumping_;  // local ranks sent SIGABRT whose dump is awaited
+  std::vector<FailureReportInput::RankStack> stacks_;
+  std::string diagnosis_;
   std::optional<FailureReportInput> lastFailure_;
   std::optional<JobOutcome> jobClosed_;
   std::string closeReason_;
@@ -435,6 +642,9 @@ void ElasticAgent::onRoundInterrupted(uint64_t round, const std::string& reason)
 void ElasticAgent::onJobClosed(const JobClosure& closure) { impl_->onJobClosed(closure); }
 void ElasticAgent::onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
   impl_->onFenced(round, reason, killWithin);
+}
+void ElasticAgent::onPeerFinished(uint64_t round, int rank, const std::string& node) {
+  impl_->onPeerFinished(round, rank, node);
 }
 
 }  // namespace ddprun

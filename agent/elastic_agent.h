@@ -4,6 +4,8 @@
 // ProcessSupervisor, membership and the restart budget through the Rendezvous.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -40,6 +42,14 @@ struct AgentOptions {
   // A rank whose SDK heartbeat stops this long is hung: the group is stopped and restarted within
   // the budget. 0 = off.
   std::chrono::milliseconds hangTimeout{0};
+  // Once a rank of the job exited 0 (here, or on another node as the rendezvous tells), every
+  // other rank must exit within this; a rank still running past it that has not beaten within it
+  // is hung (README "When a job hangs"). 0 = off.
+  std::chrono::milliseconds finishTimeout{0};
+  // How long a hang's stack dumps are awaited before the ranks are stopped anyway.
+  std::chrono::milliseconds stackDumpWait{3000};
+  // Whether a worker's process can dump its stack on SIGABRT (a Python interpreter); tests replace it.
+  std::function<bool(pid_t)> canDumpStack;
   LogOptions log;
   // Folder for per-attempt, per-rank files: error.json always, stdout.log/stderr.log when logs are
   // kept (LogOptions::logDir set, or redirects/tee ask for files).
@@ -73,6 +83,7 @@ class ElasticAgent final : public RendezvousListener {
   void onRoundInterrupted(uint64_t round, const std::string& reason) override;
   void onJobClosed(const JobClosure& closure) override;
   void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) override;
+  void onPeerFinished(uint64_t round, int rank, const std::string& node) override;
 
  private:
   class Impl;

@@ -6,8 +6,10 @@
 
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <cerrno>
+#include <chrono>
 #include <charconv>
 #include <cmath>
 #include <exception>
@@ -149,6 +151,27 @@ std::optional<ErrorFileContent> readErrorFile(const std::string& path) {
   } catch (const std::exception& e) {  // out of memory: the report must still be written
     return ErrorFileContent{"(cannot read the error file: " + std::string(e.what()) + ")", {}, {}};
   }
+}
+
+bool writeErrorFile(const std::string& path, const std::string& message, const std::string& traceback) {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  boost::json::object extra{{"py_callstack", traceback},
+                            {"timestamp", std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count())}};
+  boost::json::object inner{{"message", message}, {"extraInfo", std::move(extra)}};
+  const std::string text = boost::json::serialize(boost::json::object{{"message", std::move(inner)}});
+  const std::string tmp = path + ".ddprun.tmp";
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!fd) return false;
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 }  // namespace ddprun

@@ -27,4 +27,9 @@ inline constexpr std::size_t kMaxTracebackShown = 64 * 1024;   // of the traceba
 // much; control characters other than newline and tab are shown as \xNN. Never throws.
 std::optional<ErrorFileContent> readErrorFile(const std::string& path);
 
+// Writes the file as torch's @record would ({"message": {"message", "extraInfo": {"py_callstack",
+// "timestamp"}}}): the agent's diagnosis of a rank it killed as hung, which left none itself.
+// Written to a temporary name and renamed, so a reader never sees half of it. false on error.
+bool writeErrorFile(const std::string& path, const std::string& message, const std::string& traceback);
+
 }  // namespace ddprun

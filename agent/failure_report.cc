@@ -66,6 +66,20 @@ std::string formatFailureReport(const FailureReportInput& in) {
     out << "  stderr (last " << in.stderrTail.size() << " lines):\n";
     for (const auto& line : in.stderrTail) out << "      " << line << "\n";
   }
+  if (!in.diagnosis.empty() && !(in.error && in.error->message.find(in.diagnosis) != std::string::npos)) {
+    out << "  diagnosis :\n";
+    appendIndented(out, in.diagnosis);
+  }
+  for (const auto& stack : in.stacks) {
+    if (stack.inErrorFile) continue;
+    out << "Stack of rank " << stack.rank << " (local_rank: " << stack.localRank << ")";
+    if (stack.lines.empty()) {
+      out << ": " << stack.missing << "\n";
+      continue;
+    }
+    out << ":\n";
+    for (const auto& line : stack.lines) out << "      " << line << "\n";
+  }
   if (!in.others.empty()) {
     out << "Other failures:\n";
     for (const auto& e : in.others) {

@@ -22,6 +22,17 @@ struct FailureReportInput {
   std::optional<ErrorFileContent> error;
   std::vector<std::string> stderrTail;
   std::vector<WorkerExit> others;  // later failures that were not caused by stopping the group
+  // A hang: what it means (the finish timeout's verdict), and the stack of every rank that still
+  // ran here when it was declared (agent/stack_dump.h), the first rank's included.
+  std::string diagnosis;
+  struct RankStack {
+    int rank = 0;
+    int localRank = 0;
+    std::vector<std::string> lines;  // the dump; empty: see `missing`
+    std::string missing;             // why there is no stack
+    bool inErrorFile = false;        // shown as the error file's traceback already
+  };
+  std::vector<RankStack> stacks;
 };
 
 std::string formatFailureReport(const FailureReportInput& in);

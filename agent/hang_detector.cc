@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -48,10 +49,25 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
 
   const std::string& name() const { return name_; }
 
+  std::optional<std::chrono::milliseconds> silentFor(int rank) {
+    readAll();
+    auto it = beats_.find(rank);
+    if (it == beats_.end()) return std::nullopt;
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - it->second.at);
+  }
+
+  std::optional<int64_t> bestStep() {
+    readAll();
+    return bestStep_;
+  }
+
   void arm() {
+    armed_ = false;
     readAll();  // whatever is queued was sent by the previous attempt
     beats_.clear();
     finished_.clear();
+    bestStep_.reset();
+    reported_ = false;
     armed_ = true;
   }
 
@@ -94,12 +110,14 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
       for (std::size_t i = 2; i < parts.size(); ++i) {
         if (startsWith(parts[i], "section=")) section = printable(parts[i].substr(8), 64);
       }
+      bestStep_ = std::max(bestStep_.value_or(*step), *step);
       if (finished_.count(static_cast<int>(*rank))) continue;
       beats_[static_cast<int>(*rank)] = Beat{std::chrono::steady_clock::now(), *step, std::move(section)};
     }
   }
 
   void scheduleCheck() {
+    if (timeout_.count() <= 0) return;  // listening only
     timer_.expires_after(std::max(timeout_ / 4, std::chrono::milliseconds(10)));
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec) return;
@@ -109,12 +127,12 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   }
 
   void check() {
-    if (!armed_) return;
+    if (!armed_ || reported_) return;
     auto now = std::chrono::steady_clock::now();
     for (const auto& [rank, beat] : beats_) {
       auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat.at);
       if (silent >= timeout_) {
-        armed_ = false;  // one report per attempt
+        reported_ = true;  // one report per attempt
         onHung_(HungRank{rank, beat.step, silent, beat.section});
         return;
       }
@@ -128,7 +146,9 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   std::string name_;
   std::map<int, Beat> beats_;
   std::set<int> finished_;  // ranks that exited in this attempt
-  bool armed_ = false;
+  std::optional<int64_t> bestStep_;
+  bool armed_ = false;     // beats of the current attempt are taken
+  bool reported_ = false;  // a rank of this attempt was reported hung
 };
 
 HangDetector::HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung)
@@ -140,5 +160,7 @@ const std::string& HangDetector::socketName() const { return impl_->name(); }
 void HangDetector::arm() { impl_->arm(); }
 void HangDetector::disarm() { impl_->disarm(); }
 void HangDetector::forget(int rank) { impl_->forget(rank); }
+std::optional<std::chrono::milliseconds> HangDetector::silentFor(int rank) { return impl_->silentFor(rank); }
+std::optional<int64_t> HangDetector::bestStep() { return impl_->bestStep(); }
 
 }  // namespace ddprun

@@ -4,13 +4,15 @@
 // keys are ignored, so that senders may add some); a rank that has beaten once and then stays
 // silent for the timeout is reported as hung (with its last step and section), so a stuck
 // collective is found without waiting out its own timeout. Ranks that never beat (programs
-// without the SDK or the package) are never reported.
+// without the SDK or the package) are never reported. With a timeout of 0 it only listens: the
+// agent asks it whether a rank is alive (--finish_timeout) and how far the attempt got.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace boost::asio {
@@ -30,7 +32,8 @@ class HangDetector {
  public:
   using OnHung = std::function<void(const HungRank&)>;
 
-  // Binds an abstract-namespace unix datagram socket. Throws SystemError.
+  // Binds an abstract-namespace unix datagram socket. Throws SystemError. timeout 0: never
+  // reports a rank hung.
   HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung);
   ~HangDetector();
 
@@ -42,6 +45,10 @@ class HangDetector {
   void disarm();
   // The rank exited (0): it beats no more and is no longer watched in this attempt.
   void forget(int rank);
+  // How long since the rank's last beat in this attempt; nullopt if it has not beaten.
+  std::optional<std::chrono::milliseconds> silentFor(int rank);
+  // The highest step any rank beat in this attempt (finished ranks included); nullopt: no beat.
+  std::optional<int64_t> bestStep();
 
  private:
   class Impl;

@@ -176,6 +176,10 @@ class PosixProcessSupervisor::Impl {
     }
   }
 
+  void signalProcess(pid_t pid, int sig) {
+    if (running_.count(pid)) ::kill(pid, sig);  // not yet reaped: the pid is still ours
+  }
+
   void setExitHandler(ExitHandler handler) { handler_ = std::move(handler); }
 
   int sweepOrphans(const std::vector<pid_t>& endedGroups) {
@@ -286,6 +290,7 @@ PosixProcessSupervisor::PosixProcessSupervisor(boost::asio::io_context& io, Posi
 PosixProcessSupervisor::~PosixProcessSupervisor() = default;
 pid_t PosixProcessSupervisor::spawn(const SpawnRequest& request) { return impl_->spawn(request); }
 void PosixProcessSupervisor::signalGroup(pid_t pid, int sig) { impl_->signalGroup(pid, sig); }
+void PosixProcessSupervisor::signalProcess(pid_t pid, int sig) { impl_->signalProcess(pid, sig); }
 void PosixProcessSupervisor::setExitHandler(ExitHandler handler) { impl_->setExitHandler(std::move(handler)); }
 int PosixProcessSupervisor::sweepOrphans(const std::vector<pid_t>& endedGroups) {
   return impl_->sweepOrphans(endedGroups);

@@ -33,6 +33,7 @@ class PosixProcessSupervisor final : public ProcessSupervisor {
 
   pid_t spawn(const SpawnRequest& request) override;
   void signalGroup(pid_t pid, int sig) override;
+  void signalProcess(pid_t pid, int sig) override;
   void setExitHandler(ExitHandler handler) override;
   int sweepOrphans(const std::vector<pid_t>& endedGroups) override;
 

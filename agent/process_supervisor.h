@@ -38,6 +38,8 @@ class ProcessSupervisor {
   virtual pid_t spawn(const SpawnRequest& request) = 0;
   // Sends sig to the process group led by pid (the whole worker, grandchildren included).
   virtual void signalGroup(pid_t pid, int sig) = 0;
+  // Sends sig to the running process pid alone (SIGABRT for a stack dump: not its children).
+  virtual void signalProcess(pid_t pid, int sig) = 0;
   // Called on the event loop, once for every spawned process that ends.
   virtual void setExitHandler(ExitHandler handler) = 0;
   // Kills every process that the spawned processes left behind once they ended (grandchildren,

@@ -102,6 +102,24 @@ class WorkerGroup::Impl {
     }
   }
 
+  void markFailed() { failureReported_ = true; }
+
+  bool signalWorker(int localRank, int sig) {
+    for (auto& w : workers_) {
+      if (w.spec.localRank != localRank || w.exited || w.pid <= 0) continue;
+      supervisor_.signalProcess(w.pid, sig);
+      return true;
+    }
+    return false;
+  }
+
+  bool running(int localRank) const {
+    for (const auto& w : workers_) {
+      if (w.spec.localRank == localRank) return !w.exited && w.pid > 0;
+    }
+    return false;
+  }
+
   bool allExited() const {
     for (const auto& w : workers_) {
       if (!w.exited) return false;
@@ -174,6 +192,14 @@ void WorkerGroup::start() { impl_->start(); }
 bool WorkerGroup::handleExit(const ProcessExit& exit) { return impl_->handleExit(exit); }
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) { impl_->stop(sig, grace); }
 void WorkerGroup::killNow() { impl_->killNow(); }
+void WorkerGroup::markFailed() { impl_->markFailed(); }
+bool WorkerGroup::signalWorker(int localRank, int sig) { return impl_->signalWorker(localRank, sig); }
+bool WorkerGroup::running(int localRank) const { return impl_->running(localRank); }
+pid_t WorkerGroup::pid(int localRank) const { return impl_->worker(localRank).pid; }
+void WorkerGroup::drainOutput(int localRank) {
+  const auto& w = impl_->worker(localRank);
+  if (w.output) w.output->drain();
+}
 bool WorkerGroup::allExited() const { return impl_->allExited(); }
 const std::vector<WorkerExit>& WorkerGroup::exits() const { return impl_->exits(); }
 std::vector<std::string> WorkerGroup::stderrTail(int localRank) const {

@@ -61,6 +61,15 @@ class WorkerGroup {
   // only shortens the grace period.
   void stop(int sig, std::chrono::milliseconds grace);
   void killNow();
+  // The agent declared the attempt failed itself (a hang): exits from now on are not failures,
+  // and the group does not succeed.
+  void markFailed();
+  // Sends sig to the main process of a running worker (not its group); false if it has exited.
+  bool signalWorker(int localRank, int sig);
+  bool running(int localRank) const;
+  pid_t pid(int localRank) const;  // 0 if it never started
+  // Reads what the worker's pipes hold right now into its output (its stack dump, say).
+  void drainOutput(int localRank);
 
   bool allExited() const;
   const std::vector<WorkerExit>& exits() const;   // in the order they happened

@@ -111,7 +111,7 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
       filtered_text_.push_back('\n');
     }
     if (tailLines_ > 0) {
-      tail_.emplace_back(line);
+      tail_.emplace_back(line.substr(0, 2048));
       if (tail_.size() > tailLines_) tail_.pop_front();
     }
   }

@@ -23,7 +23,9 @@ struct WorkerOutputOptions {
   std::shared_ptr<ConsoleWriter> stderrConsole;
   std::string stdoutFile;        // empty = no file
   std::string stderrFile;
-  size_t tailLines = 20;         // stderr lines remembered for the failure summary
+  // stderr lines remembered for the failure summary (its last lines, and the stack a hung rank
+  // dumps: agent/stack_dump.h), each cut to 2 KB.
+  size_t tailLines = 400;
   // --duplicate_*_filters: matching prefixed lines also go there (shared by the ranks); null: none.
   std::shared_ptr<FilteredLog> stdoutFiltered;
   std::shared_ptr<FilteredLog> stderrFiltered;

@@ -36,6 +36,7 @@ inline constexpr int kMaxNodeCount = 100000;  // --nnodes
 inline constexpr SecondsRange kMonitorIntervalRange{0, 3600};
 inline constexpr SecondsRange kShutdownTimeoutRange{0, 86400};
 inline constexpr SecondsRange kHangTimeoutRange{0, 86400};          // 0: off
+inline constexpr SecondsRange kFinishTimeoutRange{0, 86400};        // 0: off
 inline constexpr SecondsRange kJoinTimeoutRange{1, 604800};         // --rdzv_conf join_timeout (a week)
 inline constexpr SecondsRange kLastCallTimeoutRange{0, 3600};       // --rdzv_conf last_call_timeout
 inline constexpr SecondsRange kHeartbeatTimeoutRange{0.5, 3600};    // --rdzv_conf heartbeat_timeout

@@ -60,6 +60,9 @@ struct LaunchConfig {
   double monitorIntervalSeconds = 0.1;  // accepted for compatibility; exits are event-driven
   double shutdownTimeoutSeconds = 30;
   double hangTimeoutSeconds = 0;  // 0 = off
+  // Once a rank exited 0, the others must exit within this (job-wide); 0 = off. The default is
+  // README "When a job hangs".
+  double finishTimeoutSeconds = 300;
   std::vector<int> signalsToHandle;
 
   // Logs

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/atomic_max.h"
+#include "common/strings.h"
 #include "rendezvous/wire/notice_proto.h"
 
 namespace ddprun {
@@ -54,6 +55,13 @@ ClientCore::Delivered ClientCore::deliver(const pb::ServerMessage& msg, const st
       JobClosure closure = jobClosureOf(msg.job_closed());
       post_([listener = listener_, closure] { listener->onJobClosed(closure); });
       return Delivered::kClosed;
+    }
+    case pb::ServerMessage::kPeerFinished: {
+      const auto& f = msg.peer_finished();
+      post_([listener = listener_, round = f.round(), rank = f.rank(), node = printable(f.node(), 256)] {
+        listener->onPeerFinished(round, rank, node);
+      });
+      return Delivered::kOther;
     }
     case pb::ServerMessage::kRejected:
       if (msg.rejected().fatal()) return Delivered::kRefused;

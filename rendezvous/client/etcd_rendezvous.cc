@@ -171,6 +171,9 @@ class EtcdRendezvous final : public Rendezvous {
   }
   void reportSucceeded(uint64_t round) override { report(toProto(AgentReport::succeeded(round))); }
   void reportStopped(uint64_t round) override { report(toProto(AgentReport::workersStopped(round))); }
+  void reportRankFinished(uint64_t round, int rank) override {
+    report(toProto(AgentReport::rankFinished(round, rank)));
+  }
   void leave() override { report(toProto(AgentReport::leave("stopped by a signal"))); }
 
   // Within about a second whatever etcd does (a scheduler's SIGTERM must end ddprun in its grace):

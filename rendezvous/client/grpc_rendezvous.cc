@@ -90,6 +90,11 @@ class GrpcRendezvous final : public Rendezvous {
     write(toProto(AgentReport::workersStopped(round)));
   }
 
+  void reportRankFinished(uint64_t round, int rank) override {
+    if (!relaysFinish_.load()) return;  // an older server: --finish_timeout stays node-local
+    write(toProto(AgentReport::rankFinished(round, rank)));
+  }
+
   // Order matters against updateContact(), which marks the round fenced before it refreshes the
   // contact: staleness is read first, so a worker killed while the contact was stale is seen as
   // fenced even if an answer arrived since.
@@ -243,11 +248,13 @@ class GrpcRendezvous final : public Rendezvous {
         updateContact(joinSent_);
         fencingOn_ = msg.round_assigned().acks_heartbeats();
         awaitsStopped_ = msg.round_assigned().awaits_stopped();
+        relaysFinish_ = msg.round_assigned().relays_finish();
         core_.deliver(msg, options_.endpoint);
         rejoinedRound_ = true;
         return true;
       }
       case pb::ServerMessage::kRoundInterrupted:
+      case pb::ServerMessage::kPeerFinished:
         core_.deliver(msg, options_.endpoint);
         return true;
       case pb::ServerMessage::kJobClosed:
@@ -388,6 +395,7 @@ class GrpcRendezvous final : public Rendezvous {
   std::atomic<int64_t> contactNs_{0};       // steady-clock send time of the last answered message
   std::atomic<bool> fencingOn_{false};      // the server answers heartbeats
   std::atomic<bool> awaitsStopped_{false};  // the server waits for WorkersStopped (the hand-over)
+  std::atomic<bool> relaysFinish_{false};   // the server relays RankFinished (--finish_timeout)
   std::atomic<uint64_t> succeededRound_{0};
   std::atomic<bool> fenceCancelled_{false};  // the session was cancelled by a fence
   std::mutex sentMu_;

@@ -32,6 +32,11 @@ class RendezvousListener {
   }
   // The job is over for every node.
   virtual void onJobClosed(const JobClosure& closure) = 0;
+  // A rank of `round` on another node exited 0 (the round's first to do so): --finish_timeout
+  // starts counting here too.
+  virtual void onPeerFinished(uint64_t round, int rank, const std::string& node) {
+    (void)round, (void)rank, (void)node;
+  }
 };
 
 class Rendezvous {
@@ -45,6 +50,10 @@ class Rendezvous {
   virtual void reportWorkerFailure(uint64_t round, const WorkerFailure& failure) = 0;
   // Every local worker of `round` exited 0 (the exit barrier).
   virtual void reportSucceeded(uint64_t round) = 0;
+  // A local worker of `round` exited 0, the node's first to: the rendezvous tells the other
+  // members (onPeerFinished), so that --finish_timeout holds job-wide. A backend that cannot
+  // relay it ignores it.
+  virtual void reportRankFinished(uint64_t round, int rank) { (void)round, (void)rank; }
   // No worker of `round` or older runs on this node any more, and none will start: the answer to
   // onRoundInterrupted(round), and after leave(). Other nodes' next round waits for it (the
   // hand-over, docs/rendezvous.md), so the agent sends it as soon as its workers are gone.

@@ -48,6 +48,7 @@ Effects RulesHost::report(const std::string& nodeId, const AgentReport& r, Micro
     case AgentReport::Kind::kSucceeded: return effectsOf(state_.succeeded(nodeId, r.round, now));
     case AgentReport::Kind::kWorkersStopped: return effectsOf(state_.stopped(nodeId, r.round, now));
     case AgentReport::Kind::kLeave: return effectsOf(state_.leave(nodeId, "left: " + r.reason, now, true));
+    case AgentReport::Kind::kRankFinished: return effectsOf(state_.rankFinished(nodeId, r.round, r.rank, now));
   }
   return {};
 }

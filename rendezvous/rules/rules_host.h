@@ -18,11 +18,12 @@ namespace ddprun {
 
 // An agent's message after its Join, decoded.
 struct AgentReport {
-  enum class Kind { kHeartbeat, kWorkerFailed, kSucceeded, kWorkersStopped, kLeave };
+  enum class Kind { kHeartbeat, kWorkerFailed, kSucceeded, kWorkersStopped, kLeave, kRankFinished };
   Kind kind = Kind::kHeartbeat;
   uint64_t round = 0;
   WorkerFailure failure;  // kWorkerFailed
   std::string reason;     // kLeave: why, as the agent said it (already bounded and printable)
+  int rank = 0;           // kRankFinished: the global rank that exited 0
 
   static AgentReport heartbeat(uint64_t round) { return of(Kind::kHeartbeat, round); }
   static AgentReport workerFailed(uint64_t round, WorkerFailure failure) {
@@ -32,6 +33,11 @@ struct AgentReport {
   }
   static AgentReport succeeded(uint64_t round) { return of(Kind::kSucceeded, round); }
   static AgentReport workersStopped(uint64_t round) { return of(Kind::kWorkersStopped, round); }
+  static AgentReport rankFinished(uint64_t round, int rank) {
+    AgentReport r = of(Kind::kRankFinished, round);
+    r.rank = rank;
+    return r;
+  }
   static AgentReport leave(std::string reason) {
     AgentReport r = of(Kind::kLeave, 0);
     r.reason = std::move(reason);

@@ -210,6 +210,21 @@ std::vector<Notice> RendezvousState::succeeded(const std::string& nodeId, uint64
   return out;
 }
 
+std::vector<Notice> RendezvousState::rankFinished(const std::string& nodeId, uint64_t round, int rank, Micros now) {
+  std::vector<Notice> out;
+  if (auto rejection = checkReport(nodeId, round)) {
+    out.push_back(Notice{nodeId, *rejection});
+    return out;
+  }
+  nodes_[nodeId].lastSeen = now;
+  if (finishAnnounced_) return out;
+  finishAnnounced_ = true;
+  for (const auto& id : members_) {
+    if (id != nodeId) out.push_back(Notice{id, PeerFinish{round_, rank, nodeId}});
+  }
+  return out;
+}
+
 void RendezvousState::checkBarrier(std::vector<Notice>* out) {
   if (phase_ != Phase::kRunning) return;
   // By node id: a member that succeeded and then went away (or came back as a standby) is done.
@@ -384,6 +399,7 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
   phase_ = Phase::kRunning;
   lastCallDeadline_.reset();
   succeededMembers_.clear();
+  finishAnnounced_ = false;
   members_.clear();
   int worldSize = 0;
   for (Node* n : slots) worldSize += n->info.localWorldSize;

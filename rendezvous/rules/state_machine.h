@@ -79,6 +79,13 @@ struct RoundInterruption {
   std::string reason;
 };
 
+// A member's worker exited 0 (the round's first): the other members' --finish_timeout starts.
+struct PeerFinish {
+  uint64_t round = 0;
+  int rank = 0;
+  std::string node;
+};
+
 struct JobEnd {
   bool succeeded = false;
   std::string reason;
@@ -98,7 +105,7 @@ struct Rejection {
 // One message for one node.
 struct Notice {
   std::string nodeId;
-  std::variant<RoundAssignment, RoundInterruption, JobEnd, Rejection> body;
+  std::variant<RoundAssignment, RoundInterruption, JobEnd, Rejection, PeerFinish> body;
 };
 
 class RendezvousState {
@@ -142,6 +149,9 @@ class RendezvousState {
   std::vector<Notice> workerFailed(const std::string& nodeId, uint64_t round, Micros now,
                                    const WorkerFailure& failure = {});
   std::vector<Notice> succeeded(const std::string& nodeId, uint64_t round, Micros now);
+  // A member's worker of `round` exited 0. The round's first such report is told to every other
+  // member (PeerFinish); later ones say nothing new.
+  std::vector<Notice> rankFinished(const std::string& nodeId, uint64_t round, int rank, Micros now);
   // No worker of `round` or older runs on the node any more (its answer to an interruption).
   std::vector<Notice> stopped(const std::string& nodeId, uint64_t round, Micros now);
   // The node is gone: its stream ended, its lease expired, or (saidSo) its agent said it leaves,
@@ -203,6 +213,7 @@ class RendezvousState {
   std::map<std::string, Node> nodes_;
   std::vector<std::string> members_;
   std::set<std::string> succeededMembers_;  // members of the running round that reported success
+  bool finishAnnounced_ = false;             // the running round's first RankFinished was told
   uint64_t round_ = 0;
   int restartCount_ = 0;
   uint64_t nextJoinSeq_ = 0;

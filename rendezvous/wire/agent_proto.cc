@@ -63,6 +63,11 @@ std::optional<AgentReport> reportOf(const pb::AgentMessage& m) {
       r.kind = AgentReport::Kind::kWorkersStopped;
       r.round = m.workers_stopped().round();
       return r;
+    case pb::AgentMessage::kRankFinished:
+      r.kind = AgentReport::Kind::kRankFinished;
+      r.round = m.rank_finished().round();
+      r.rank = m.rank_finished().rank();
+      return r;
     case pb::AgentMessage::kLeave:
       r.kind = AgentReport::Kind::kLeave;
       r.reason = printable(m.leave().reason(), kMaxReasonBytes);
@@ -83,6 +88,10 @@ pb::AgentMessage toProto(const AgentReport& r) {
     case AgentReport::Kind::kSucceeded: m.mutable_succeeded()->set_round(r.round); break;
     case AgentReport::Kind::kWorkersStopped: m.mutable_workers_stopped()->set_round(r.round); break;
     case AgentReport::Kind::kLeave: m.mutable_leave()->set_reason(r.reason); break;
+    case AgentReport::Kind::kRankFinished:
+      m.mutable_rank_finished()->set_round(r.round);
+      m.mutable_rank_finished()->set_rank(r.rank);
+      break;
   }
   return m;
 }

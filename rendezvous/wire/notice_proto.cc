@@ -66,6 +66,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
     out->set_store_prefix(storePrefix(runId, a->round));
     out->set_acks_heartbeats(acksHeartbeats);
     out->set_awaits_stopped(true);  // both backends apply RendezvousState::stopped
+    out->set_relays_finish(true);   // and RendezvousState::rankFinished
   } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
     msg.mutable_round_interrupted()->set_round(i->round);
     msg.mutable_round_interrupted()->set_reason(i->reason);
@@ -76,6 +77,10 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
       toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
       msg.mutable_job_closed()->set_failed_node(e->failedNode);
     }
+  } else if (auto* f = std::get_if<PeerFinish>(&notice.body)) {
+    msg.mutable_peer_finished()->set_round(f->round);
+    msg.mutable_peer_finished()->set_rank(f->rank);
+    msg.mutable_peer_finished()->set_node(f->node);
   } else if (auto* r = std::get_if<Rejection>(&notice.body)) {
     msg.mutable_rejected()->set_code(toProto(r->code));
     msg.mutable_rejected()->set_message(bounded(grpc::Status(grpc::StatusCode::UNKNOWN, r->message)).error_message());

@@ -36,6 +36,9 @@ struct AgentSetup {
   std::string role = "default";
   std::string localRankArg = {};
   std::size_t localRankArgAt = 0;
+  std::chrono::milliseconds finishTimeout = 0ms;
+  std::chrono::milliseconds stackDumpWait = 3s;
+  std::function<bool(pid_t)> canDumpStack = [](pid_t) { return false; };
 };
 
 // The harness's rendezvous: a LocalRendezvous that can claim a round was fenced, as the gRPC
@@ -107,6 +110,9 @@ struct AgentHarness {
     o.localRankArgAt = setup.localRankArgAt;
     o.stdoutConsole = consoleOut;
     o.stderrConsole = consoleErr;
+    o.finishTimeout = setup.finishTimeout;
+    o.stackDumpWait = setup.stackDumpWait;
+    o.canDumpStack = setup.canDumpStack;
     agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
   }
 
@@ -123,6 +129,16 @@ struct AgentHarness {
   void start() {
     agent->start([this](int status) { statuses.push_back(status); });
     pump();
+  }
+
+  // Runs the loop (timers included) until `done` holds or `limit` passes (a safety bound).
+  bool runUntil(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      io.restart();
+      io.run_for(5ms);
+    }
+    return done();
   }
 
   // Runs every ready handler, including those posted while running.
@@ -755,4 +771,60 @@ TEST_CASE("fencing: a worker killed while the round is fenced (the agent was fro
     h.pump();
     CHECK(h.statuses == std::vector<int>{137});
   }
+}
+
+// ---- --finish_timeout and the evidence before the kill (README "When a job hangs") --------------
+
+TEST_CASE("finish timeout: a rank still running past the bound after one exited 0 is hung", "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 3, .finishTimeout = 50ms, .canDumpStack = [](pid_t pid) { return pid != 1002; }});
+  h.start();
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  CHECK(h.supervisor.processSignals().empty());  // not before the bound
+
+  // Past it: the Python ranks get SIGABRT (their stack dump), nothing else yet; the other rank,
+  // which cannot dump, waits with them.
+  REQUIRE(h.runUntil([&] { return !h.supervisor.processSignals().empty(); }));
+  CHECK(h.supervisor.processSignals().size() == 1);
+  CHECK(h.supervisor.processSignals()[0].pid == 1000);
+  CHECK(h.supervisor.processSignals()[0].sig == SIGABRT);
+  CHECK(h.supervisor.signalsTo(1000).empty());
+  CHECK(h.supervisor.signalsTo(1002).empty());
+
+  // The dump arrived (the rank died of it): the rest of the group is stopped, the job ends 124.
+  h.supervisor.killProcess(1000, SIGABRT);
+  REQUIRE(h.runUntil([&] { return !h.supervisor.signalsTo(1002).empty(); }));
+  CHECK(h.supervisor.signalsTo(1002) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1002, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{124});
+  std::string summary = h.errText();
+  CHECK_THAT(summary, Catch::Contains("finished: rank 1; still running: rank 0, rank 2"));
+  CHECK_THAT(summary, Catch::Contains("uneven inputs"));
+  CHECK_THAT(summary, Catch::Contains("exitcode  : 124 (hung: still running"));
+  CHECK_THAT(summary, Catch::Contains("Stack of rank 2 (local_rank: 2): no Python stack (not a Python process)"));
+}
+
+TEST_CASE("finish timeout: a dump that does not come within the wait is skipped, and said so", "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .finishTimeout = 20ms, .stackDumpWait = 50ms,
+                            .canDumpStack = [](pid_t) { return true; }});
+  h.start();
+  h.supervisor.exitProcess(1001, 0);
+  REQUIRE(h.runUntil([&] { return !h.supervisor.signalsTo(1000).empty(); }));
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});  // after SIGABRT went unanswered
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{124});
+  CHECK_THAT(h.errText(), Catch::Contains("no stack within 0.1s (skipped)"));
+}
+
+TEST_CASE("finish timeout: off at 0, and not counted when every rank finishes in time", "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .finishTimeout = 200ms, .canDumpStack = [](pid_t) { return true; }});
+  h.start();
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  h.supervisor.exitProcess(1000, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+  CHECK(h.supervisor.processSignals().empty());
 }

@@ -57,6 +57,7 @@ class FakeProcessSupervisor final : public ProcessSupervisor {
   }
 
   void signalGroup(pid_t pid, int sig) override { signals_.push_back(SignalSent{pid, sig}); }
+  void signalProcess(pid_t pid, int sig) override { processSignals_.push_back(SignalSent{pid, sig}); }
 
   void setExitHandler(ExitHandler handler) override { handler_ = std::move(handler); }
 
@@ -81,6 +82,7 @@ class FakeProcessSupervisor final : public ProcessSupervisor {
 
   const std::vector<Spawned>& spawned() const { return spawned_; }
   const std::vector<SignalSent>& signals() const { return signals_; }
+  const std::vector<SignalSent>& processSignals() const { return processSignals_; }
   const std::vector<std::vector<pid_t>>& sweeps() const { return sweeps_; }
   bool hasExitHandler() const { return static_cast<bool>(handler_); }
   bool isRunning(pid_t pid) const { return running_.count(pid) != 0; }
@@ -117,6 +119,7 @@ class FakeProcessSupervisor final : public ProcessSupervisor {
   std::set<int> failingSpawns_;
   std::vector<Spawned> spawned_;
   std::vector<SignalSent> signals_;
+  std::vector<SignalSent> processSignals_;
   std::vector<std::vector<pid_t>> sweeps_;
   std::set<pid_t> running_;
   std::map<pid_t, std::pair<UniqueFd, UniqueFd>> outputFds_;

@@ -452,3 +452,45 @@ TEST_CASE("a join while a full round runs stands by until a member leaves", "[re
   CHECK(s.members() == Lines{"a", "d", "c"});
   CHECK(s.restartCount() == 0);
 }
+
+// ---- --finish_timeout: a rank that finished is told to the other members ------------------------
+
+TEST_CASE("rank finished: the round's first is told to every other member, once", "[rendezvous]") {
+  RendezvousState s("job", rules(3, 3), sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  join(s, "c", sec(1));
+  REQUIRE(s.round() == 1);
+
+  CHECK(render(s.rankFinished("b", 1, 1, sec(2))) == Lines{
+                                                          "a: peer_finished round=1 rank=1 node=b",
+                                                          "c: peer_finished round=1 rank=1 node=b",
+                                                      });
+  // Later finishes of the same round say nothing new.
+  CHECK(s.rankFinished("c", 1, 2, sec(3)).empty());
+  CHECK(s.rankFinished("b", 1, 1, sec(3)).empty());
+
+  SECTION("a report of an older round is refused") {
+    s.workerFailed("a", 1, sec(4), {0, 1, 0, 1, "failed"});
+    REQUIRE(s.round() == 1);  // no restart budget: the job ended
+    auto out = s.rankFinished("c", 1, 2, sec(5));
+    REQUIRE(out.size() == 1);
+    CHECK(std::holds_alternative<Rejection>(out[0].body));
+  }
+  SECTION("the next round announces its own first finish") {
+    auto r = rules(3, 3);
+    r.maxRestarts = 1;
+    RendezvousState t("job", r, sec(0));
+    join(t, "a", sec(1));
+    join(t, "b", sec(1));
+    join(t, "c", sec(1));
+    t.rankFinished("a", 1, 0, sec(2));
+    t.workerFailed("b", 1, sec(3), {1, 1, 0, 1, "failed"});
+    for (const char* id : {"a", "b", "c"}) t.stopped(id, 1, sec(4));
+    REQUIRE(t.round() == 2);
+    CHECK(render(t.rankFinished("c", 2, 2, sec(5))) == Lines{
+                                                           "a: peer_finished round=2 rank=2 node=c",
+                                                           "b: peer_finished round=2 rank=2 node=c",
+                                                       });
+  }
+}

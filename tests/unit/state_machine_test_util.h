@@ -99,6 +99,8 @@ inline std::string render(const Notice& n, bool withText = false) {
         } else if constexpr (std::is_same_v<T, JobEnd>) {
           line += b.succeeded ? "end succeeded" : "end failed";
           if (withText) line += " (" + b.reason + ")";
+        } else if constexpr (std::is_same_v<T, PeerFinish>) {
+          line += "peer_finished round=" + std::to_string(b.round) + " rank=" + std::to_string(b.rank) + " node=" + b.node;
         } else {
           line += std::string("reject ") + codeName(b.code) + (b.fatal ? " fatal" : " nonfatal");
           if (withText) line += " (" + b.message + ")";

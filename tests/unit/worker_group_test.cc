@@ -284,16 +284,18 @@ TEST_CASE("worker output reaches the console prefixed, and stderr's last lines a
   CHECK_THAT(errText, !Catch::Contains("to stdout"));
 }
 
-TEST_CASE("stderr tail keeps only the last 20 lines", "[agent]") {
+TEST_CASE("stderr tail keeps only the last 400 lines, each cut to 2 KB", "[agent]") {
+  // 400: room for a hung rank's stack dump (agent/stack_dump.h); the summary shows the last 20.
   ddprun::test::OutputCapture err(2);
   GroupHarness h(1, 0, /*keepOutputFds=*/true);
   h.group->start();
   std::string text;
-  for (int i = 0; i < 30; ++i) text += "line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 430; ++i) text += "line " + std::to_string(i) + "\n";
+  text += std::string(5000, 'x') + "\n";
   REQUIRE(h.supervisor.writeStderr(1000, text));
   h.supervisor.exitProcess(1000, 2);
   auto tail = h.group->stderrTail(0);
-  REQUIRE(tail.size() == 20);
-  CHECK(tail.front() == "line 10");
-  CHECK(tail.back() == "line 29");
+  REQUIRE(tail.size() == 400);
+  CHECK(tail.front() == "line 31");
+  CHECK(tail.back() == std::string(2048, 'x'));
 }
