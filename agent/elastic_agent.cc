@@ -14,6 +14,7 @@
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
 #include "agent/filtered_log.h"
+#include "agent/hang_attribution.h"
 #include "agent/hang_detector.h"
 #include "agent/stack_dump.h"
 #include "agent/worker_env.h"
@@ -152,6 +153,8 @@ class ElasticAgent::Impl {
       round.storeAddr = "file://" + dir.string();
       round.storePrefix = "/run/" + options_.runId + "/round/" + std::to_string(round.round) + "/";
     }
+    judgeAttempt(round.restartCount > currentRound_.restartCount);  // the attempt that ended, if not yet
+    attemptJudged_ = false;
     currentRound_ = round;
     groupStopped_ = false;
     firstFailure_.reset();
@@ -228,11 +231,14 @@ class ElasticAgent::Impl {
     envIn.errorFile = (dir / "error.json").string();
     envIn.virtualLocalRank = options_.virtualLocalRank;
     fs::remove(envIn.errorFile, ec);
+    const std::string flightRecorder = (dir / "flight_recorder").string();
+    fs::remove(flightRecorder, ec);
 
     WorkerSpec spec;
     spec.localRank = localRank;
     spec.rank = round.rankOffset + localRank;
     spec.errorFile = envIn.errorFile;
+    spec.flightRecorder = flightRecorder;
     spec.request.executable = options_.executable;
     spec.request.args = options_.args;
     if (!options_.localRankArg.empty()) {
@@ -246,6 +252,7 @@ class ElasticAgent::Impl {
     if (hangDetector_) spec.request.env.set("DDPRUN_HEARTBEAT_SOCKET", hangDetector_->socketName());
     // A Python rank then dumps its stack on the SIGABRT that ends it when it hangs (stack_dump.h).
     if (!options_.inherited.get("PYTHONFAULTHANDLER")) spec.request.env.set("PYTHONFAULTHANDLER", "1");
+    spec.request.env.set("DDPRUN_FLIGHT_RECORDER", flightRecorder);
 
     const LogOptions& log = options_.log;
     int redirected = log.redirects.forRank(localRank);
@@ -274,7 +281,7 @@ class ElasticAgent::Impl {
     exit.hangNote = "no heartbeat for " + std::to_string(hung.silentFor.count() / 1000.0).substr(0, 5) +
                     "s after step " + std::to_string(hung.lastStep) +
                     (hung.section.empty() ? "" : ", in section '" + hung.section + "'");
-    spdlog::warn("rank {} is hung ({})", hung.rank, exit.hangNote);
+    spdlog::warn("rank {} is silent ({})", hung.rank, exit.hangNote);
     diagnoseAndStop(exit);
   }
 
@@ -366,7 +373,20 @@ class ElasticAgent::Impl {
   // A hang was declared (`exit` is the rank blamed): tell the rendezvous, take the Python stack of
   // every rank still running here (SIGABRT under PYTHONFAULTHANDLER), wait for the dumps at most
   // stackDumpWait, then stop the group as for any failure.
-  void diagnoseAndStop(const WorkerExit& exit) {
+  void diagnoseAndStop(WorkerExit exit) {
+    // SDK ranks: the flight recorder knows which rank is behind; the first to go silent may be
+    // one that waits for it. Blame the one behind when it is here and still runs.
+    const std::vector<int> behind = attributeFromFlightRecorders();
+    if (behind.size() == 1 && behind[0] != exit.rank) {
+      const int localRank = behind[0] - currentRound_.rankOffset;
+      if (localRank >= 0 && localRank < options_.nprocPerNode && group_->running(localRank)) {
+        exit.hangNote = "never started the collective that rank " + std::to_string(exit.rank) + " waits in (rank " +
+                        std::to_string(exit.rank) + ": " + exit.hangNote + ")";
+        exit.rank = behind[0];
+        exit.localRank = localRank;
+        exit.pid = group_->pid(localRank);
+      }
+    }
     firstFailure_ = exit;
     group_->markFailed();
     if (hangDetector_) hangDetector_->disarm();
@@ -374,9 +394,7 @@ class ElasticAgent::Impl {
     const std::string how = "is hung (" + exit.hangNote + ")";
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; taking the stacks of the running ranks", exit.rank,
                  exit.localRank, exit.pid, how);
-    rendezvous_.reportWorkerFailure(currentRound_.round,
-                                    WorkerFailure{exit.rank, exit.exitCode, exit.signal, exitStatusOf(exit),
-                                                  how.substr(0, 200)});
+    reportFailure(exit, how.substr(0, 200));
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
       if (!group_->running(localRank)) continue;
       FailureReportInput::RankStack stack{currentRound_.rankOffset + localRank, localRank, {}, {}};
@@ -390,6 +408,23 @@ class ElasticAgent::Impl {
     }
     dumpDeadline_ = std::chrono::steady_clock::now() + options_.stackDumpWait;
     awaitDumps();
+  }
+
+  // SDK workers: the last collectives of every local rank, read while the ranks still hang, merged
+  // into the line that names the rank that is behind (agent/hang_attribution.h).
+  std::vector<int> attributeFromFlightRecorders() {
+    std::vector<RankCollectives> ranks;
+    for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
+      auto records = readFlightRecorder(group_->spec(localRank).flightRecorder);
+      if (records) ranks.push_back(RankCollectives{currentRound_.rankOffset + localRank, std::move(*records)});
+    }
+    const HangAttribution found = attributeHang(ranks);
+    if (found.line.empty()) return {};
+    spdlog::warn("flight recorder: {}", found.line);
+    std::string text = "flight recorder: " + found.line;
+    for (const auto& rank : ranks) text += "\n  " + describeRecent(rank);
+    diagnosis_ = diagnosis_.empty() ? text : diagnosis_ + "\n" + text;
+    return found.behind;
   }
 
   void awaitDumps() {
@@ -441,9 +476,42 @@ class ElasticAgent::Impl {
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; stopping the others", exit.rank, exit.localRank, exit.pid,
                  how);
     // Tell the rendezvous first, so that peers restart while this node is still stopping.
-    rendezvous_.reportWorkerFailure(currentRound_.round,
-                                    WorkerFailure{exit.rank, exit.exitCode, exit.signal, exitStatusOf(exit), how});
+    reportFailure(exit, how);
     group_->stop(SIGTERM, options_.shutdownGrace);
+  }
+
+  void reportFailure(const WorkerExit& exit, const std::string& how) {
+    WorkerFailure failure{exit.rank, exit.exitCode, exit.signal, exitStatusOf(exit), how};
+    judgeAttempt(true);
+    if (options_.stopWithoutProgress > 0 && everBeat_ && restartsWithoutProgress_ >= options_.stopWithoutProgress) {
+      failure.attemptsWithoutProgress = restartsWithoutProgress_;
+      std::string note = std::to_string(restartsWithoutProgress_) + " restarts in a row made no progress (no rank " +
+                         "beat a step beyond " + std::to_string(highWater_.value_or(0)) +
+                         ", the best of the attempts before): the job is stopped instead of restarted again " +
+                         "(--stop_without_progress=" + std::to_string(options_.stopWithoutProgress) + ")";
+      diagnosis_ = diagnosis_.empty() ? note : diagnosis_ + "\n" + note;
+      spdlog::error("{}", note);
+    }
+    rendezvous_.reportWorkerFailure(currentRound_.round, failure);
+  }
+
+  // --stop_without_progress: an attempt made progress when a rank beat a step beyond the best of
+  // every attempt before it (a job resumed from a checkpoint that fails at the same step again
+  // makes none). Judged once per attempt; only attempts that end in a restart count in the streak.
+  void judgeAttempt(bool endsInRestart) {
+    if (attemptJudged_ || !group_) return;
+    attemptJudged_ = true;
+    const auto best = hangDetector_ ? hangDetector_->bestStep() : std::nullopt;
+    const bool progressed = best && (!highWater_ || *best > *highWater_);
+    if (best) {
+      everBeat_ = true;
+      highWater_ = std::max(highWater_.value_or(*best), *best);
+    }
+    if (progressed) {
+      restartsWithoutProgress_ = 0;
+    } else if (endsInRestart && currentRound_.restartCount > 0) {
+      ++restartsWithoutProgress_;
+    }
   }
 
   void onGroupSucceeded() {
@@ -600,6 +668,11 @@ class ElasticAgent::Impl {
   std::optional<uint64_t> stopOwed_;  // the round whose interruption awaits reportStopped
   std::optional<WorkerExit> firstFailure_;
   std::unique_ptr<HangDetector> hangDetector_;
+  // --stop_without_progress, across attempts.
+  std::optional<int64_t> highWater_;  // the best step of the attempts judged so far
+  bool everBeat_ = false;
+  int restartsWithoutProgress_ = 0;
+  bool attemptJudged_ = false;
   // --finish_timeout, for the current round.
   struct PeerFinished {
     int rank = 0;

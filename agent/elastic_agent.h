@@ -46,6 +46,10 @@ struct AgentOptions {
   // other rank must exit within this; a rank still running past it that has not beaten within it
   // is hung (README "When a job hangs"). 0 = off.
   std::chrono::milliseconds finishTimeout{0};
+  // --stop_without_progress: after this many restarts in a row in which no local rank beat a step
+  // beyond the best of the attempts before, this node's next failure ends the job (0 = off).
+  // Ranks that never beat are not judged.
+  int stopWithoutProgress = 0;
   // How long a hang's stack dumps are awaited before the ranks are stopped anyway.
   std::chrono::milliseconds stackDumpWait{3000};
   // Whether a worker's process can dump its stack on SIGABRT (a Python interpreter); tests replace it.

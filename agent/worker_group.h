@@ -25,6 +25,7 @@ struct WorkerSpec {
   SpawnRequest request;        // fds are filled in by the group
   WorkerOutputOptions output;
   std::string errorFile;       // TORCHELASTIC_ERROR_FILE of this worker
+  std::string flightRecorder;  // DDPRUN_FLIGHT_RECORDER: libddp's record of its collectives
 };
 
 // How one worker ended. Spawn failures are exits too (exitCode 127, spawnError set).

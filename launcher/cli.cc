@@ -130,6 +130,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
                                                 kShutdownTimeoutRange);
   cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", text("hang_timeout"), kHangTimeoutRange);
   cfg.finishTimeoutSeconds = parseSecondsFlag("--finish_timeout", text("finish_timeout"), kFinishTimeoutRange);
+  cfg.stopWithoutProgress = parseIntFlag("--stop_without_progress", text("stop_without_progress"), kMaxRestartsRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
   cfg.masterPortGiven = flagGiven(app, "master_port");
   cfg.signalsToHandle = parseSignals(text("signals_to_handle"));

@@ -40,6 +40,8 @@ constexpr FlagSpec kFlags[] = {
      "Seconds without an SDK heartbeat after which a rank counts as hung (0: off)"},
     {"finish_timeout", "", "PET_FINISH_TIMEOUT", "300", kOption,
      "Seconds the other ranks may run on once a rank of the job exited 0 (0: off)"},
+    {"stop_without_progress", "", "PET_STOP_WITHOUT_PROGRESS", "0", kOption,
+     "End the job after K restarts in a row in which no rank beat a step beyond the earlier attempts' (0: off)"},
     {"signals_to_handle", "", "PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", kOption,
      "Signals forwarded to the workers"},
     {"role", "", "PET_ROLE", "default", kOption, "Role name of the workers (ROLE_NAME)"},

@@ -63,6 +63,7 @@ struct LaunchConfig {
   // Once a rank exited 0, the others must exit within this (job-wide); 0 = off. The default is
   // README "When a job hangs".
   double finishTimeoutSeconds = 300;
+  int stopWithoutProgress = 0;  // K restarts in a row without progress end the job; 0 = off
   std::vector<int> signalsToHandle;
 
   // Logs

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "worker_sdk/backends.h"
+#include "worker_sdk/flight_recorder.h"
 
 namespace ddp {
 
@@ -74,7 +75,8 @@ void Communicator::allReduceHost(void* data, std::size_t count, DataType type, R
 
 Work Communicator::allReduceAsync(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   checkBuffers("allReduce", send, recv, count, type);
-  return startAllReduce(send, recv, count, type, op);
+  return detail::recorded("all_reduce", count * elementSize(type),
+                          [&] { return startAllReduce(send, recv, count, type, op); });
 }
 
 Work Communicator::broadcastAsync(const void* send, void* recv, std::size_t count, DataType type, int root) {
@@ -82,21 +84,26 @@ Work Communicator::broadcastAsync(const void* send, void* recv, std::size_t coun
     throw ConfigError("broadcast: root " + std::to_string(root) + " is not a rank of " + std::to_string(size()));
   }
   checkBuffers("broadcast", rank() == root ? send : recv, recv, count, type);
-  return startBroadcast(send, recv, count, type, root);
+  return detail::recorded("broadcast", count * elementSize(type),
+                          [&] { return startBroadcast(send, recv, count, type, root); });
 }
 
 Work Communicator::allGatherAsync(const void* send, void* recv, std::size_t sendCount, DataType type) {
   checkBuffers("allGather", send, recv, sendCount * static_cast<std::size_t>(size()), type);
-  return startAllGather(send, recv, sendCount, type);
+  return detail::recorded("all_gather", sendCount * elementSize(type),
+                          [&] { return startAllGather(send, recv, sendCount, type); });
 }
 
 Work Communicator::reduceScatterAsync(const void* send, void* recv, std::size_t recvCount, DataType type,
                                       ReduceOp op) {
   checkBuffers("reduceScatter", send, recv, recvCount * static_cast<std::size_t>(size()), type);
-  return startReduceScatter(send, recv, recvCount, type, op);
+  return detail::recorded("reduce_scatter", recvCount * elementSize(type),
+                          [&] { return startReduceScatter(send, recv, recvCount, type, op); });
 }
 
-Work Communicator::barrierAsync() { return startBarrier(); }
+Work Communicator::barrierAsync() {
+  return detail::recorded("barrier", 0, [&] { return startBarrier(); });
+}
 
 void Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   allReduceAsync(send, recv, count, type, op).wait();

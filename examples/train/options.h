@@ -16,6 +16,11 @@ struct Options {
   std::string backend = "gloo";
   std::string checkpoint;      // empty: no checkpoint
   int crashAtEpoch = 0;        // test hook: rank 1 exits with 3 at the start of this epoch (first attempt only)
+  // Test hooks for hangs (first attempt only, rank 1, 0 = off): before the reduction of this global
+  // step, rank 1 sleeps for 600 s (stuck before a collective), or exits 0 (seed 001: it left,
+  // the others wait for it in the all-reduce).
+  int stallAtStep = 0;
+  int leaveAtStep = 0;
   int samples = 4096;
   double timeoutS = 1800;      // the communicator's timeout (bootstrap and every collective)
   bool help = false;

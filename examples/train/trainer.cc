@@ -1,10 +1,12 @@
 #include "examples/train/trainer.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "examples/train/checkpoint.h"
 #include "examples/train/dataset.h"
@@ -87,6 +89,7 @@ class Trainer {
         const std::size_t i = order[s * static_cast<std::size_t>(o_.batch) + rank + world * j];
         lossSum += model_.accumulate(data_.features(i), data_.target(i));
       }
+      testHooks(globalStep_ + 1);
       // Backward finishes the last layer first: hand the reducer b2, w2, b1, w1 in that order.
       for (int t = Mlp::kTensors - 1; t >= 0; --t) {
         model_.writeGradient(t, scale);
@@ -99,6 +102,20 @@ class Trainer {
     double totals[2] = {lossSum, double(steps * static_cast<std::size_t>(localBatch_))};
     comm_.allReduceHost(std::span<double>(totals), ddp::ReduceOp::kSum);  // staged through the device on nccl
     return totals[0] / totals[1];
+  }
+
+  void testHooks(int64_t step) {
+    if (comm_.rank() != 1 || env_.restartCount != 0) return;
+    if (step == o_.stallAtStep) {
+      std::fprintf(stderr, "rank 1: --stall_at_step %lld: stuck before its all-reduce\n", static_cast<long long>(step));
+      std::fflush(nullptr);
+      std::this_thread::sleep_for(std::chrono::seconds(600));
+    }
+    if (step == o_.leaveAtStep) {
+      std::fprintf(stderr, "rank 1: --leave_at_step %lld: exiting with 0\n", static_cast<long long>(step));
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }
   }
 
   const Options& o_;

@@ -181,6 +181,15 @@ std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uin
     return out;
   }
   nodes_[nodeId].lastSeen = now;
+  if (failure.attemptsWithoutProgress > 0 && restartCount_ < rules_.maxRestarts) {
+    closeJob(false,
+             "a worker on node " + nodeId + " failed after " + std::to_string(failure.attemptsWithoutProgress) +
+                 " restarts in a row without progress (--stop_without_progress); " +
+                 std::to_string(rules_.maxRestarts - restartCount_) + " of " + std::to_string(rules_.maxRestarts) +
+                 " restarts left unspent",
+             &out, failure, nodeId);
+    return out;
+  }
   if (restartCount_ >= rules_.maxRestarts) {
     closeJob(false,
              "a worker on node " + nodeId + " failed and " +

@@ -13,6 +13,9 @@ struct WorkerFailure {
   int signal = 0;
   int exitStatus = 1;       // what ddprun exits with for it: the code, 128 + signal, 124 if hung
   std::string description;  // "failed with exit code 7", "was killed by SIGSEGV", ...
+  // > 0: the node's agent stops the job (--stop_without_progress): that many restarts in a row
+  // made no progress, so no restart is spent on another.
+  int attemptsWithoutProgress = 0;
 };
 
 }  // namespace ddprun

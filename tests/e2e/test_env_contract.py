@@ -197,7 +197,13 @@ class EnvContractTest(unittest.TestCase):
 
                 only_torchrun = sorted(set(t) - set(d))
                 only_ddprun = set(d) - set(t)
-                expected_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND", job_markers[0]}
+                # Hang detection and its evidence (README "When a job hangs"): the heartbeat
+                # socket, the SDK's flight recorder, and Python's stack dump on SIGABRT.
+                self.assertEqual(d.get("PYTHONFAULTHANDLER"), "1")
+                self.assertRegex(d.get("DDPRUN_HEARTBEAT_SOCKET", ""), r"^@ddprun-hb-\d+-\d+$")
+                self.assertTrue(d.get("DDPRUN_FLIGHT_RECORDER", "").endswith("/flight_recorder"), d)
+                expected_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND", job_markers[0],
+                                  "PYTHONFAULTHANDLER", "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_FLIGHT_RECORDER"}
                 self.assertEqual(only_torchrun, [], "set by torchrun only")
                 self.assertEqual(sorted(only_ddprun - OPTIONAL_DDPRUN_KEYS), sorted(expected_extra),
                                  "set by ddprun only")

@@ -494,3 +494,24 @@ TEST_CASE("rank finished: the round's first is told to every other member, once"
                                                        });
   }
 }
+
+TEST_CASE("stop without progress: a failure the agent says ends the job spends no restart", "[rendezvous]") {
+  auto r = rules(2, 2);
+  r.maxRestarts = 5;
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  REQUIRE(s.round() == 1);
+  ddprun::WorkerFailure failure{1, 3, 0, 3, "failed with exit code 3"};
+  failure.attemptsWithoutProgress = 2;
+  auto out = s.workerFailed("b", 1, sec(2), failure);
+  CHECK(s.phase() == Phase::kClosed);
+  CHECK(s.restartCount() == 0);
+  auto ends = bodiesFor<JobEnd>(out, "a");
+  REQUIRE(ends.size() == 1);
+  CHECK_FALSE(ends[0].succeeded);
+  REQUIRE(ends[0].failure);
+  CHECK(ends[0].failure->exitStatus == 3);
+  CHECK_THAT(ends[0].reason, Catch::Contains("2 restarts in a row without progress"));
+  CHECK_THAT(ends[0].reason, Catch::Contains("5 of 5 restarts left unspent"));
+}
