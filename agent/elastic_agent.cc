@@ -39,8 +39,10 @@ class ElasticAgent::Impl {
     onFinished_ = std::move(onFinished);
     // Always listening: heartbeats also tell a rank alive past --finish_timeout, and how far an
     // attempt got; only --hang_timeout makes silence a hang.
-    hangDetector_ = std::make_unique<HangDetector>(io_, options_.hangTimeout,
-                                                   [this](const HungRank& hung) { onHung(hung); });
+    auto onHung = [this](const HungRank& hung) { this->onHung(hung); };
+    hangDetector_ = options_.hangTimeoutAuto
+                        ? std::make_unique<HangDetector>(io_, HangCalibrationRules{}, onHung)
+                        : std::make_unique<HangDetector>(io_, options_.hangTimeout, onHung);
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
@@ -280,7 +282,9 @@ class ElasticAgent::Impl {
     exit.time = std::chrono::system_clock::now();
     exit.hangNote = "no heartbeat for " + std::to_string(hung.silentFor.count() / 1000.0).substr(0, 5) +
                     "s after step " + std::to_string(hung.lastStep) +
-                    (hung.section.empty() ? "" : ", in section '" + hung.section + "'");
+                    (hung.section.empty() ? "" : ", in section '" + hung.section + "'") +
+                    (hung.calibrated ? " (bound " + formatSeconds(hung.bound) + ", learned by --hang_timeout=auto)"
+                                     : "");
     spdlog::warn("rank {} is silent ({})", hung.rank, exit.hangNote);
     diagnoseAndStop(exit);
   }

@@ -42,6 +42,9 @@ struct AgentOptions {
   // A rank whose SDK heartbeat stops this long is hung: the group is stopped and restarted within
   // the budget. 0 = off.
   std::chrono::milliseconds hangTimeout{0};
+  // --hang_timeout=auto: the bound is learned per section (agent/hang_calibration.h); hangTimeout
+  // is then unused.
+  bool hangTimeoutAuto = false;
   // Once a rank of the job exited 0 (here, or on another node as the rendezvous tells), every
   // other rank must exit within this; a rank still running past it that has not beaten within it
   // is hung (README "When a job hangs"). 0 = off.

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -21,8 +22,13 @@ namespace ddprun {
 
 class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Impl> {
  public:
-  Impl(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung)
+  Impl(boost::asio::io_context& io, std::chrono::milliseconds timeout, std::optional<HangCalibrationRules> rules,
+       OnHung onHung)
       : timeout_(timeout), onHung_(std::move(onHung)), descriptor_(io), timer_(io) {
+    if (rules) {
+      calibration_.emplace(*rules);
+      timeout_ = std::min(rules->floor, std::chrono::milliseconds(1000));  // the check period's base
+    }
     UniqueFd sock(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!sock) throw DDPRUN_SYSTEM_ERROR("heartbeat socket");
     std::random_device rd;
@@ -68,6 +74,7 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
     finished_.clear();
     bestStep_.reset();
     reported_ = false;
+    if (calibration_) calibration_->newAttempt();
     armed_ = true;
   }
 
@@ -99,7 +106,7 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
     char buf[256];  // "RANK STEP section=NAME": a name is at most 64 bytes (python/ddprun)
     while (true) {
       ssize_t n = ::recv(descriptor_.native_handle(), buf, sizeof(buf) - 1, 0);
-      if (n <= 0) return;
+      if (n <= 0) break;
       if (!armed_) continue;
       auto parts = split(trim(std::string_view(buf, static_cast<size_t>(n))), ' ');
       if (parts.size() < 2) continue;
@@ -112,7 +119,17 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
       }
       bestStep_ = std::max(bestStep_.value_or(*step), *step);
       if (finished_.count(static_cast<int>(*rank))) continue;
-      beats_[static_cast<int>(*rank)] = Beat{std::chrono::steady_clock::now(), *step, std::move(section)};
+      const auto now = std::chrono::steady_clock::now();
+      auto& beat = beats_[static_cast<int>(*rank)];
+      if (calibration_ && beat.at != std::chrono::steady_clock::time_point{}) {
+        // The silence before this beat was spent in the section the previous beat named.
+        calibration_->observe(static_cast<int>(*rank), beat.section,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(now - beat.at));
+      }
+      beat = Beat{now, *step, std::move(section)};
+    }
+    if (calibration_) {
+      for (const auto& line : calibration_->takeChanges()) spdlog::warn("{}", line);
     }
   }
 
@@ -131,9 +148,10 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
     auto now = std::chrono::steady_clock::now();
     for (const auto& [rank, beat] : beats_) {
       auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat.at);
-      if (silent >= timeout_) {
+      const auto bound = calibration_ ? calibration_->timeoutFor(rank, beat.section) : timeout_;
+      if (silent >= bound) {
         reported_ = true;  // one report per attempt
-        onHung_(HungRank{rank, beat.step, silent, beat.section});
+        onHung_(HungRank{rank, beat.step, silent, beat.section, bound, calibration_.has_value()});
         return;
       }
     }
@@ -147,12 +165,17 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   std::map<int, Beat> beats_;
   std::set<int> finished_;  // ranks that exited in this attempt
   std::optional<int64_t> bestStep_;
+  std::optional<HangCalibration> calibration_;
   bool armed_ = false;     // beats of the current attempt are taken
   bool reported_ = false;  // a rank of this attempt was reported hung
 };
 
 HangDetector::HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung)
-    : impl_(std::make_shared<Impl>(io, timeout, std::move(onHung))) {
+    : impl_(std::make_shared<Impl>(io, timeout, std::nullopt, std::move(onHung))) {
+  impl_->start();
+}
+HangDetector::HangDetector(boost::asio::io_context& io, HangCalibrationRules rules, OnHung onHung)
+    : impl_(std::make_shared<Impl>(io, std::chrono::milliseconds(0), rules, std::move(onHung))) {
   impl_->start();
 }
 HangDetector::~HangDetector() { impl_->stop(); }

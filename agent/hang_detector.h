@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 
+#include "agent/hang_calibration.h"
+
 namespace boost::asio {
 class io_context;
 }
@@ -26,6 +28,8 @@ struct HungRank {
   int64_t lastStep = 0;
   std::chrono::milliseconds silentFor{0};
   std::string section;  // the section its last beat named, or empty
+  std::chrono::milliseconds bound{0};  // the silence that made it hung
+  bool calibrated = false;             // the bound was learned (--hang_timeout=auto)
 };
 
 class HangDetector {
@@ -35,6 +39,8 @@ class HangDetector {
   // Binds an abstract-namespace unix datagram socket. Throws SystemError. timeout 0: never
   // reports a rank hung.
   HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung);
+  // --hang_timeout=auto: the bound is learned from the beats (agent/hang_calibration.h).
+  HangDetector(boost::asio::io_context& io, HangCalibrationRules rules, OnHung onHung);
   ~HangDetector();
 
   // The value for DDPRUN_HEARTBEAT_SOCKET ("@" + abstract name).

@@ -128,7 +128,10 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.shutdownTimeoutSeconds = parseSecondsFlag(shutdownFromTorch ? "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" : "--shutdown_timeout",
                                                 shutdownFromTorch ? torchShutdown : text("shutdown_timeout"),
                                                 kShutdownTimeoutRange);
-  cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", text("hang_timeout"), kHangTimeoutRange);
+  cfg.hangTimeoutAuto = text("hang_timeout") == "auto";
+  if (!cfg.hangTimeoutAuto) {
+    cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", text("hang_timeout"), kHangTimeoutRange);
+  }
   cfg.finishTimeoutSeconds = parseSecondsFlag("--finish_timeout", text("finish_timeout"), kFinishTimeoutRange);
   cfg.stopWithoutProgress = parseIntFlag("--stop_without_progress", text("stop_without_progress"), kMaxRestartsRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);

@@ -37,7 +37,7 @@ constexpr FlagSpec kFlags[] = {
     {"shutdown_timeout", "", "PET_SHUTDOWN_TIMEOUT", "30", kOption,
      "Seconds between SIGTERM and SIGKILL when stopping workers"},
     {"hang_timeout", "", "PET_HANG_TIMEOUT", "0", kOption,
-     "Seconds without an SDK heartbeat after which a rank counts as hung (0: off)"},
+     "Seconds without a heartbeat after which a rank counts as hung (0: off; auto: learned per section)"},
     {"finish_timeout", "", "PET_FINISH_TIMEOUT", "300", kOption,
      "Seconds the other ranks may run on once a rank of the job exited 0 (0: off)"},
     {"stop_without_progress", "", "PET_STOP_WITHOUT_PROGRESS", "0", kOption,

@@ -82,6 +82,7 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.virtualLocalRank = cfg.virtualLocalRank;
   o.shutdownGrace = std::chrono::milliseconds(static_cast<int64_t>(cfg.shutdownTimeoutSeconds * 1000));
   o.hangTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.hangTimeoutSeconds * 1000));
+  o.hangTimeoutAuto = cfg.hangTimeoutAuto;
   o.finishTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.finishTimeoutSeconds * 1000));
   o.stopWithoutProgress = cfg.stopWithoutProgress;
   o.log = cfg.log;

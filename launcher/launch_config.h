@@ -60,6 +60,7 @@ struct LaunchConfig {
   double monitorIntervalSeconds = 0.1;  // accepted for compatibility; exits are event-driven
   double shutdownTimeoutSeconds = 30;
   double hangTimeoutSeconds = 0;  // 0 = off
+  bool hangTimeoutAuto = false;   // --hang_timeout=auto: learned from the heartbeats
   // Once a rank exited 0, the others must exit within this (job-wide); 0 = off. The default is
   // README "When a job hangs".
   double finishTimeoutSeconds = 300;

@@ -28,6 +28,25 @@ if os.environ["RANK"] == "1":
 '''
 
 
+AUTO_CALIBRATED = r'''
+import os, time
+import ddprun
+
+def stuck_after_warm_up():
+    time.sleep(600)
+
+rank = os.environ["RANK"]
+for step in range(60):
+    ddprun.report_step(step)
+    time.sleep(0.02)
+    if step % 10 == 9:
+        with ddprun.section("checkpoint"):
+            time.sleep(0.5)
+    if rank == "1" and step == 45:
+        stuck_after_warm_up()
+'''
+
+
 class Listener:
     """An abstract unix datagram socket standing in for the agent's."""
 
@@ -160,6 +179,24 @@ class PythonApiTest(DdprunTestCase):
         self.assert_exit(res, 124)
         self.assertRegex(res.stderr, r"rank\s*:\s*1\b", res.describe())
         self.assertIn("after step 9, in section 'checkpoint'", res.stderr, res.describe())
+
+    def test_auto_hang_timeout_learns_the_bound_and_catches_a_python_rank(self):
+        # Steps of ~20 ms, checkpoints of ~0.5 s every 10 steps: the bounds are learned per section
+        # (the 3 s floor for steps; 5 x 0.5 s for the checkpoint, whose slow beats are no hang),
+        # logged, and rank 1's stop in a function named for the test is caught at the step bound,
+        # far below the 600 s initial one, with its Python stack.
+        prog = self.write_file("auto.py", AUTO_CALIBRATED)
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--hang_timeout=auto", PYTHON, prog],
+                           why="rank 1 sleeps 600 s unless the learned bound catches it")
+        self.assert_exit(res, 124)
+        out = res.describe()
+        self.assertRegex(res.stderr, r"--hang_timeout=auto: section '\(none\)': longest interval [0-9.]+s x 5, "
+                                     r"floor 3.00s: a rank silent 3.00s there is hung", out)
+        self.assertRegex(res.stderr, r"--hang_timeout=auto: section 'checkpoint': longest interval 0\.[4-9]\d*s", out)
+        self.assertRegex(res.stderr, r"rank\s*:\s*1\b", out)
+        self.assertIn("(bound 3.0s, learned by --hang_timeout=auto)", res.stderr, out)
+        self.assertIn("stuck_after_warm_up", res.stderr, out)  # the stack of the hung rank
+        self.assertLess(res.elapsed, 60, out)
 
 
 if __name__ == "__main__":
