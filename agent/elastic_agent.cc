@@ -556,6 +556,14 @@ class ElasticAgent::Impl {
       finish(0);
       return;
     }
+    if (closureStatus_ == kExitExcluded) {
+      // Not the job's end: this node is out of it (--exclude_node_after), the others go on.
+      if (lastFailure_) options_.stderrConsole->write(formatFailureReport(*lastFailure_));
+      spdlog::error("{}; the job goes on without this node. Exit {}: do not restart it on this host "
+                    "(README \"Exit status\")", closeReason_, kExitExcluded);
+      finish(kExitExcluded);
+      return;
+    }
     // Every node exits with the status of the job's first failure (the one the rendezvous saw
     // first), so that a scheduler sees one exit code for the job; a node whose own workers failed
     // also prints their report.

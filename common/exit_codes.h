@@ -16,5 +16,11 @@ inline constexpr int kExitHung = 124;
 // 128+signal status (signals end at 64 on Linux) and below 255, so that schedulers that retry
 // 128-255 (Kubeflow, a podFailurePolicy) retry it and nobody mistakes it for a signal.
 inline constexpr int kExitInfrastructure = 200;
+// This node was excluded from the job (--exclude_node_after: its workers caused that many
+// failures); the job goes on without it, and its host is refused for the job's life. Not 200: a
+// scheduler must not put it back in blindly. Kubeflow's ExitCode policy still restarts 128-255;
+// such an agent is refused within milliseconds, starting nothing, so a retry costs nothing but a
+// pod (README "Exit status": match 201 in a podFailurePolicy, and drain the node).
+inline constexpr int kExitExcluded = 201;
 
 }  // namespace ddprun

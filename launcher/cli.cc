@@ -133,6 +133,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
     cfg.hangTimeoutSeconds = parseSecondsFlag("--hang_timeout", text("hang_timeout"), kHangTimeoutRange);
   }
   cfg.finishTimeoutSeconds = parseSecondsFlag("--finish_timeout", text("finish_timeout"), kFinishTimeoutRange);
+  cfg.excludeNodeAfter = parseIntFlag("--exclude_node_after", text("exclude_node_after"), kMaxRestartsRange);
   cfg.stopWithoutProgress = parseIntFlag("--stop_without_progress", text("stop_without_progress"), kMaxRestartsRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
   cfg.masterPortGiven = flagGiven(app, "master_port");

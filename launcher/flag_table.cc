@@ -40,6 +40,8 @@ constexpr FlagSpec kFlags[] = {
      "Seconds without a heartbeat after which a rank counts as hung (0: off; auto: learned per section)"},
     {"finish_timeout", "", "PET_FINISH_TIMEOUT", "300", kOption,
      "Seconds the other ranks may run on once a rank of the job exited 0 (0: off)"},
+    {"exclude_node_after", "", "PET_EXCLUDE_NODE_AFTER", "0", kOption,
+     "Exclude a node (exit 201) whose workers caused K failures of the job; a standby takes its place (0: off)"},
     {"stop_without_progress", "", "PET_STOP_WITHOUT_PROGRESS", "0", kOption,
      "End the job after K restarts in a row in which no rank beat a step beyond the earlier attempts' (0: off)"},
     {"signals_to_handle", "", "PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", kOption,

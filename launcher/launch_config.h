@@ -64,7 +64,8 @@ struct LaunchConfig {
   // Once a rank exited 0, the others must exit within this (job-wide); 0 = off. The default is
   // README "When a job hangs".
   double finishTimeoutSeconds = 300;
-  int stopWithoutProgress = 0;  // K restarts in a row without progress end the job; 0 = off
+  int stopWithoutProgress = 0;
+  int excludeNodeAfter = 0;     // a rule of the job (RendezvousRules): failures that exclude a host  // K restarts in a row without progress end the job; 0 = off
   std::vector<int> signalsToHandle;
 
   // Logs

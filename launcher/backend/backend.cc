@@ -30,6 +30,7 @@ RendezvousRules rulesOf(const LaunchConfig& cfg) {
   rules.joinTimeout = seconds(cfg.joinTimeoutSeconds);
   rules.lastCallTimeout = seconds(cfg.lastCallTimeoutSeconds);
   rules.heartbeatTimeout = seconds(cfg.heartbeatTimeoutSeconds);
+  rules.excludeNodeAfter = cfg.excludeNodeAfter;
   return rules;
 }
 

@@ -24,6 +24,7 @@ std::optional<std::string> RendezvousState::validateRules(const RendezvousRules&
            std::to_string(r.maxNodes) + ")";
   }
   if (r.maxRestarts < 0) return "max_restarts must not be negative";
+  if (r.excludeNodeAfter < 0 || r.excludeNodeAfter > 1000000) return "exclude_node_after must be 0 to 1000000";
   if (r.joinTimeout.count() <= 0 || r.heartbeatTimeout.count() <= 0 || r.lastCallTimeout.count() < 0) {
     return "join and heartbeat timeouts must be positive, the last call timeout not negative";
   }
@@ -45,6 +46,7 @@ std::string RendezvousState::rulesDifference(const RendezvousRules& mine, const 
   add("join_timeout", millis(mine.joinTimeout), millis(job.joinTimeout));
   add("last_call_timeout", millis(mine.lastCallTimeout), millis(job.lastCallTimeout));
   add("heartbeat_timeout", millis(mine.heartbeatTimeout), millis(job.heartbeatTimeout));
+  add("exclude_node_after", std::to_string(mine.excludeNodeAfter), std::to_string(job.excludeNodeAfter));
   return out;
 }
 
@@ -64,6 +66,8 @@ RendezvousState::Snapshot RendezvousState::snapshot(Micros now) const {
   s.closeAtOnce = closeAtOnce_;
   s.joinDeadlineLeft = joinDeadline_ - now;
   if (lastCallDeadline_) s.lastCallDeadlineLeft = *lastCallDeadline_ - now;
+  s.excludedHosts.assign(excludedHosts_.begin(), excludedHosts_.end());
+  s.hostFailures = hostFailures_;
   return s;
 }
 
@@ -88,6 +92,8 @@ RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
   state.closeAtOnce_ = s.closeAtOnce;
   state.joinDeadline_ = now + s.joinDeadlineLeft;
   if (s.lastCallDeadlineLeft) state.lastCallDeadline_ = now + *s.lastCallDeadlineLeft;
+  state.excludedHosts_ = std::set<std::string>(s.excludedHosts.begin(), s.excludedHosts.end());
+  state.hostFailures_ = s.hostFailures;
   return state;
 }
 
@@ -118,6 +124,13 @@ std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
     out.push_back(reject(node.nodeId, RejectCode::kStaleRound,
                          "stale round: this rendezvous has no round " + std::to_string(node.lastRound) +
                              " (the rendezvous server restarted; the job cannot continue)",
+                         true));
+    return out;
+  }
+  if (excludedHosts_.count(node.host)) {
+    out.push_back(reject(node.nodeId, RejectCode::kExcluded,
+                         "host " + node.host + " is excluded from job '" + runId_ + "': its workers caused " +
+                             std::to_string(rules_.excludeNodeAfter) + " failures (--exclude_node_after)",
                          true));
     return out;
   }
@@ -181,6 +194,25 @@ std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uin
     return out;
   }
   nodes_[nodeId].lastSeen = now;
+  if (rules_.excludeNodeAfter > 0 && failure.attemptsWithoutProgress == 0) {
+    // The first failure of each round counts: later reports of the round are stale by now.
+    const std::string host = nodes_[nodeId].info.host.empty() ? nodeId : nodes_[nodeId].info.host;
+    constexpr std::size_t kMaxHostsCounted = 100000;  // hosts are bounded by joins; this bounds the map
+    if (hostFailures_.count(host) || hostFailures_.size() < kMaxHostsCounted) {
+      const int failures = ++hostFailures_[host];
+      if (failures >= rules_.excludeNodeAfter) {
+        // Out for the job's life, and the job goes on without spending a restart: a membership
+        // change, in which a standby node takes its place if there is one.
+        excludedHosts_.insert(host);
+        const std::string why = "its workers caused " + std::to_string(failures) + " failures (--exclude_node_after=" +
+                                std::to_string(rules_.excludeNodeAfter) + ")";
+        out.push_back(reject(nodeId, RejectCode::kExcluded,
+                             "excluded from job '" + runId_ + "': host " + host + " " + why, true));
+        removeNodes({nodeId}, "node " + nodeId + " (host " + host + ") excluded: " + why, now, &out);
+        return out;
+      }
+    }
+  }
   if (failure.attemptsWithoutProgress > 0 && restartCount_ < rules_.maxRestarts) {
     closeJob(false,
              "a worker on node " + nodeId + " failed after " + std::to_string(failure.attemptsWithoutProgress) +

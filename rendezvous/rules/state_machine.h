@@ -49,6 +49,9 @@ struct RendezvousRules {
   Micros joinTimeout = std::chrono::seconds(600);
   Micros lastCallTimeout = std::chrono::seconds(30);
   Micros heartbeatTimeout = std::chrono::seconds(5);
+  // A node whose workers caused this many failures (the first of each round) is excluded, and its
+  // host refused for the job's life; 0: never.
+  int excludeNodeAfter = 0;
 
   bool operator==(const RendezvousRules&) const = default;
 };
@@ -94,7 +97,9 @@ struct JobEnd {
 };
 
 // kEvicted: the node was declared dead (silent past the heartbeat timeout) and may join again.
-enum class RejectCode { kStaleRound, kDuplicateNode, kJobClosed, kRulesMismatch, kMalformed, kNotJoined, kEvicted };
+// kExcluded: the node's host caused --exclude_node_after failures and is out for the job's life.
+enum class RejectCode { kStaleRound, kDuplicateNode, kJobClosed, kRulesMismatch, kMalformed, kNotJoined, kEvicted,
+                        kExcluded };
 
 struct Rejection {
   RejectCode code;
@@ -137,6 +142,8 @@ class RendezvousState {
     bool closeAtOnce = false;
     Micros joinDeadlineLeft{0};
     std::optional<Micros> lastCallDeadlineLeft;
+    std::vector<std::string> excludedHosts;
+    std::map<std::string, int> hostFailures;
   };
   Snapshot snapshot(Micros now) const;
   static RendezvousState restore(const Snapshot& snapshot, Micros now);
@@ -220,6 +227,9 @@ class RendezvousState {
   bool closeAtOnce_ = false;
   Micros joinDeadline_{0};
   std::optional<Micros> lastCallDeadline_;
+  // --exclude_node_after, by host (node ids change when an agent restarts; its host does not).
+  std::set<std::string> excludedHosts_;
+  std::map<std::string, int> hostFailures_;
 };
 
 }  // namespace ddprun

@@ -36,6 +36,8 @@ pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noti
   m.set_has_last_call(s.lastCallDeadlineLeft.has_value());
   if (s.lastCallDeadlineLeft) m.set_last_call_left_us(us(*s.lastCallDeadlineLeft));
   m.set_notice_seq(noticeSeq);
+  for (const auto& host : s.excludedHosts) m.add_excluded_hosts(host);
+  for (const auto& [host, n] : s.hostFailures) (*m.mutable_host_failures())[host] = n;
   return m;
 }
 
@@ -61,6 +63,8 @@ RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
   s.closeAtOnce = m.close_at_once();
   s.joinDeadlineLeft = Micros(m.join_deadline_left_us());
   if (m.has_last_call()) s.lastCallDeadlineLeft = Micros(m.last_call_left_us());
+  s.excludedHosts.assign(m.excluded_hosts().begin(), m.excluded_hosts().end());
+  for (const auto& [host, n] : m.host_failures()) s.hostFailures[host] = n;
   return s;
 }
 

@@ -21,6 +21,7 @@ void toProto(const RendezvousRules& rules, pb::JobRules* r) {
   r->set_join_timeout_ms(millis(rules.joinTimeout));
   r->set_last_call_timeout_ms(millis(rules.lastCallTimeout));
   r->set_heartbeat_timeout_ms(millis(rules.heartbeatTimeout));
+  r->set_exclude_node_after(rules.excludeNodeAfter);
 }
 
 RendezvousRules fromProto(const pb::JobRules& r) {
@@ -31,6 +32,7 @@ RendezvousRules fromProto(const pb::JobRules& r) {
   rules.joinTimeout = std::chrono::milliseconds(r.join_timeout_ms());
   rules.lastCallTimeout = std::chrono::milliseconds(r.last_call_timeout_ms());
   rules.heartbeatTimeout = std::chrono::milliseconds(r.heartbeat_timeout_ms());
+  rules.excludeNodeAfter = r.exclude_node_after();
   return rules;
 }
 
@@ -43,6 +45,7 @@ pb::Rejected::Code toProto(RejectCode code) {
     case RejectCode::kMalformed: return pb::Rejected::MALFORMED;
     case RejectCode::kNotJoined: return pb::Rejected::NOT_JOINED;
     case RejectCode::kEvicted: return pb::Rejected::EVICTED;
+    case RejectCode::kExcluded: return pb::Rejected::EXCLUDED;
   }
   return pb::Rejected::UNSPECIFIED;
 }
@@ -103,6 +106,7 @@ JobClosure jobClosureOf(const pb::JobClosed& closed) {
 int exitStatusOfRefusal(pb::Rejected::Code code) {
   const bool configuration = code == pb::Rejected::MALFORMED || code == pb::Rejected::RULES_MISMATCH ||
                              code == pb::Rejected::DUPLICATE_NODE;
+  if (code == pb::Rejected::EXCLUDED) return kExitExcluded;
   return configuration ? kExitUsage : kExitInfrastructure;
 }
 

@@ -48,3 +48,25 @@ TEST_CASE("etcd records: rules go as milliseconds, notices carry the round's sto
   CHECK(rej.rejected().code() == ddprun::v1::Rejected::RULES_MISMATCH);
   CHECK(rej.rejected().fatal());
 }
+
+TEST_CASE("etcd records: excluded hosts and failure counts survive the snapshot's wire form", "[rendezvous][snapshot]") {
+  auto r = rules(2, 2, 5);
+  r.excludeNodeAfter = 2;
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  join(s, "c", sec(1));
+  s.workerFailed("a", 1, sec(2));  // host-a: 1 failure
+  s.workerFailed("b", 2, sec(3));  // host-b: 1
+  s.workerFailed("b", 3, sec(4));  // host-b: 2, excluded
+  REQUIRE_FALSE(s.hasNode("b"));
+  ddprun::v1::RendezvousSnapshot back;
+  REQUIRE(back.ParseFromString(rec::toProto(s.snapshot(sec(5)), 1).SerializeAsString()));
+  auto snap = rec::fromProto(back);
+  CHECK(snap.rules.excludeNodeAfter == 2);
+  CHECK(snap.excludedHosts == std::vector<std::string>{"host-b"});
+  CHECK(snap.hostFailures == std::map<std::string, int>{{"host-a", 1}, {"host-b", 2}});
+  RendezvousState twin = RendezvousState::restore(snap, sec(0));
+  auto out = twin.workerFailed("a", twin.round(), sec(1));  // host-a's second: excluded on the successor too
+  CHECK_FALSE(twin.hasNode("a"));
+}

@@ -515,3 +515,60 @@ TEST_CASE("stop without progress: a failure the agent says ends the job spends n
   CHECK_THAT(ends[0].reason, Catch::Contains("2 restarts in a row without progress"));
   CHECK_THAT(ends[0].reason, Catch::Contains("5 of 5 restarts left unspent"));
 }
+
+// ---- --exclude_node_after ------------------------------------------------------------------------
+
+TEST_CASE("exclusion: the K-th failure of a node's workers excludes it; a standby takes its place", "[rendezvous]") {
+  auto r = rules(2, 2, 5);
+  r.excludeNodeAfter = 2;
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  join(s, "c", sec(1));  // standby: the round is full
+  REQUIRE(s.round() == 1);
+  REQUIRE(s.members() == Lines{"a", "b"});
+
+  s.workerFailed("b", 1, sec(2), {1, 3, 0, 3, "failed with exit code 3"});  // first: a restart
+  REQUIRE(s.round() == 2);
+  CHECK(s.restartCount() == 1);
+  REQUIRE(s.members() == Lines{"a", "b"});
+
+  auto out = s.workerFailed("b", 2, sec(3), {1, 3, 0, 3, "failed with exit code 3"});
+  auto refusals = bodiesFor<Rejection>(out, "b");
+  REQUIRE(refusals.size() == 1);
+  CHECK(refusals[0].code == RejectCode::kExcluded);
+  CHECK(refusals[0].fatal);
+  CHECK_THAT(refusals[0].message, Catch::Contains("host host-b"));
+  CHECK_FALSE(s.hasNode("b"));
+  CHECK(s.restartCount() == 1);  // no restart spent: a membership change
+  CHECK(s.round() == 3);
+  CHECK(s.members() == Lines{"a", "c"});
+
+  // An agent restarted on the same host has another node id: refused all the same, for good.
+  auto again = s.join(ddprun::NodeInfo{"b2", 1, "host-b", portOf("b2"), -1, 0, false}, sec(4));
+  REQUIRE(again.size() == 1);
+  auto refused = std::get<Rejection>(again[0].body);
+  CHECK(refused.code == RejectCode::kExcluded);
+  CHECK_THAT(refused.message, Catch::Contains("host host-b is excluded from job 'job'"));
+
+  SECTION("kept in a snapshot (the etcd driver's takeover)") {
+    auto restored = RendezvousState::restore(s.snapshot(sec(5)), sec(0));
+    auto refusedAfter = restored.join(ddprun::NodeInfo{"b3", 1, "host-b", portOf("b3"), -1, 0, false}, sec(1));
+    REQUIRE(refusedAfter.size() == 1);
+    CHECK(std::get<Rejection>(refusedAfter[0].body).code == RejectCode::kExcluded);
+  }
+}
+
+TEST_CASE("exclusion: below min the survivors wait for a node to take the excluded one's place", "[rendezvous]") {
+  auto r = rules(2, 2, 5);
+  r.excludeNodeAfter = 1;
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  s.workerFailed("a", 1, sec(2), {0, 1, 0, 1, "failed"});
+  CHECK_FALSE(s.hasNode("a"));
+  CHECK(s.phase() == Phase::kGathering);  // b waits for a node to replace a (join timeout)
+  join(s, "c", sec(3));
+  CHECK(s.phase() == Phase::kRunning);
+  CHECK(s.members() == Lines{"c", "b"});  // b keeps its group rank
+}

@@ -78,6 +78,7 @@ inline const char* codeName(RejectCode code) {
     case RejectCode::kMalformed: return "malformed";
     case RejectCode::kNotJoined: return "not_joined";
     case RejectCode::kEvicted: return "evicted";
+    case RejectCode::kExcluded: return "excluded";
   }
   return "?";
 }
