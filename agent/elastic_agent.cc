@@ -17,6 +17,7 @@
 #include "agent/hang_attribution.h"
 #include "agent/hang_detector.h"
 #include "agent/stack_dump.h"
+#include "agent/straggler_detector.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/error.h"
@@ -43,6 +44,7 @@ class ElasticAgent::Impl {
     hangDetector_ = options_.hangTimeoutAuto
                         ? std::make_unique<HangDetector>(io_, HangCalibrationRules{}, onHung)
                         : std::make_unique<HangDetector>(io_, options_.hangTimeout, onHung);
+    hangDetector_->setOnStepTime([this](int rank, double seconds) { onStepTime(rank, seconds); });
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
@@ -161,6 +163,7 @@ class ElasticAgent::Impl {
     groupStopped_ = false;
     firstFailure_.reset();
     finishedRanks_.clear();
+    stragglers_.newAttempt();
     peerFinished_.reset();
     reportedFinish_ = false;
     finishTimer_.cancel();
@@ -287,6 +290,24 @@ class ElasticAgent::Impl {
                                      : "");
     spdlog::warn("rank {} is silent ({})", hung.rank, exit.hangNote);
     diagnoseAndStop(exit);
+  }
+
+  // --- stragglers (agent/straggler_detector.h) -------------------------------------------------
+
+  void onStepTime(int rank, double seconds) {
+    for (const auto& c : stragglers_.observe(rank, seconds, std::chrono::steady_clock::now())) {
+      char text[256];
+      if (c.straggling) {
+        std::snprintf(text, sizeof(text),
+                      "straggler: rank %d takes %.4fs of its own work per step (median of its last steps), "
+                      "%.1fx the median %.4fs of the %d ranks on this node",
+                      c.rank, c.seconds, c.median > 0 ? c.seconds / c.median : 0.0, c.median, c.ranks);
+      } else {
+        std::snprintf(text, sizeof(text), "straggler: rank %d is back to %.3fs per step (median %.3fs)", c.rank,
+                      c.seconds, c.median);
+      }
+      spdlog::warn("{}", text);
+    }
   }
 
   // --- --finish_timeout ---------------------------------------------------------------------
@@ -680,6 +701,7 @@ class ElasticAgent::Impl {
   std::optional<uint64_t> stopOwed_;  // the round whose interruption awaits reportStopped
   std::optional<WorkerExit> firstFailure_;
   std::unique_ptr<HangDetector> hangDetector_;
+  StragglerDetector stragglers_;
   // --stop_without_progress, across attempts.
   std::optional<int64_t> highWater_;  // the best step of the attempts judged so far
   bool everBeat_ = false;

@@ -62,6 +62,8 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - it->second.at);
   }
 
+  void setOnStepTime(std::function<void(int, double)> f) { onStepTime_ = std::move(f); }
+
   std::optional<int64_t> bestStep() {
     readAll();
     return bestStep_;
@@ -114,8 +116,13 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
       auto step = parseInt(parts[1]);
       if (!rank || !step || *rank < 0) continue;  // garbage from a confused client: ignored
       std::string section;
+      std::optional<double> stepTime;
       for (std::size_t i = 2; i < parts.size(); ++i) {
         if (startsWith(parts[i], "section=")) section = printable(parts[i].substr(8), 64);
+        if (startsWith(parts[i], "time=")) stepTime = parseSeconds(parts[i].substr(5));
+      }
+      if (stepTime && onStepTime_ && !finished_.count(static_cast<int>(*rank))) {
+        onStepTime_(static_cast<int>(*rank), *stepTime);
       }
       bestStep_ = std::max(bestStep_.value_or(*step), *step);
       if (finished_.count(static_cast<int>(*rank))) continue;
@@ -166,6 +173,7 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
   std::set<int> finished_;  // ranks that exited in this attempt
   std::optional<int64_t> bestStep_;
   std::optional<HangCalibration> calibration_;
+  std::function<void(int, double)> onStepTime_;
   bool armed_ = false;     // beats of the current attempt are taken
   bool reported_ = false;  // a rank of this attempt was reported hung
 };
@@ -185,5 +193,8 @@ void HangDetector::disarm() { impl_->disarm(); }
 void HangDetector::forget(int rank) { impl_->forget(rank); }
 std::optional<std::chrono::milliseconds> HangDetector::silentFor(int rank) { return impl_->silentFor(rank); }
 std::optional<int64_t> HangDetector::bestStep() { return impl_->bestStep(); }
+void HangDetector::setOnStepTime(std::function<void(int, double)> onStepTime) {
+  impl_->setOnStepTime(std::move(onStepTime));
+}
 
 }  // namespace ddprun

@@ -1,7 +1,8 @@
 // Detects hung ranks: workers that use the SDK (or the Python package `ddprun`, python/) send
 // "RANK STEP" datagrams to a unix socket named in DDPRUN_HEARTBEAT_SOCKET, optionally followed by
 // key=value tokens (section=NAME: the named phase the rank is in, such as a checkpoint; unknown
-// keys are ignored, so that senders may add some); a rank that has beaten once and then stays
+// keys are ignored, so that senders may add some; time=SECONDS: the step's compute time, for
+// stragglers); a rank that has beaten once and then stays
 // silent for the timeout is reported as hung (with its last step and section), so a stuck
 // collective is found without waiting out its own timeout. Ranks that never beat (programs
 // without the SDK or the package) are never reported. With a timeout of 0 it only listens: the
@@ -55,6 +56,9 @@ class HangDetector {
   std::optional<std::chrono::milliseconds> silentFor(int rank);
   // The highest step any rank beat in this attempt (finished ranks included); nullopt: no beat.
   std::optional<int64_t> bestStep();
+  // Called, on the event loop, for every beat of the armed attempt that carries a step's compute
+  // time ("time=SECONDS": libddp's GradientReducer, ddprun.report_step(step, seconds)).
+  void setOnStepTime(std::function<void(int rank, double seconds)> onStepTime);
 
  private:
   class Impl;

@@ -1,10 +1,12 @@
 #include "worker_sdk/gradient_reducer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <mutex>
 
 #include "common/error.h"
+#include "worker_sdk/step_timing.h"
 
 namespace ddp {
 
@@ -28,6 +30,9 @@ struct Slot {
 }  // namespace
 
 struct GradientReducer::Impl {
+  // The end of the last synchronized finish(): the next step's compute time runs from here
+  // (worker_sdk/step_timing.h).
+  std::chrono::steady_clock::time_point lastFinishEnd{};
   Impl(Communicator& c, std::vector<std::span<float>> g, GradientReducerOptions o)
       : comm(c), gradients(std::move(g)), options(o), ready(gradients.size(), false), slots(gradients.size()) {
     // Reverse registration order, closing a bucket once it reaches the cap, as DDP does.
@@ -136,6 +141,10 @@ void GradientReducer::finish() {
     m.resetStep();
     return;
   }
+  const auto entered = std::chrono::steady_clock::now();
+  if (m.lastFinishEnd != std::chrono::steady_clock::time_point{}) {
+    detail::noteStepCompute(std::chrono::duration<double>(entered - m.lastFinishEnd).count());
+  }
   std::exception_ptr error;
   try {
     for (std::size_t i = m.gradients.size(); i-- > 0;) {
@@ -160,6 +169,7 @@ void GradientReducer::finish() {
     }
   }
   m.resetStep();
+  m.lastFinishEnd = std::chrono::steady_clock::now();
   if (error) std::rethrow_exception(error);
 }
 

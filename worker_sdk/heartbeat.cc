@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "worker_sdk/step_timing.h"
+
 namespace ddp {
 
 namespace {
@@ -42,8 +44,12 @@ Heartbeat::~Heartbeat() {
 
 void Heartbeat::beat(int64_t step) noexcept {
   if (fd_ < 0) return;
-  char text[48];
-  const int n = std::snprintf(text, sizeof(text), "%d %lld\n", options_.rank, static_cast<long long>(step));
+  char text[80];
+  // The step's compute time, when a GradientReducer measured one since the last beat.
+  const auto compute = detail::takeStepCompute();
+  const int n = compute ? std::snprintf(text, sizeof(text), "%d %lld time=%.6f\n", options_.rank,
+                                        static_cast<long long>(step), *compute)
+                        : std::snprintf(text, sizeof(text), "%d %lld\n", options_.rank, static_cast<long long>(step));
   if (n <= 0) return;
   // Errors (no listener yet, a full queue) are dropped on purpose: the next beat tries again.
   (void)::sendto(fd_, text, static_cast<std::size_t>(n), MSG_DONTWAIT | MSG_NOSIGNAL,

@@ -26,7 +26,7 @@ T parseNumber(const std::string& flag, const std::string& text, T min) {
 const char* usage() {
   return "usage: train [--epochs N] [--batch B] [--lr X] [--seed S] [--samples N] [--backend gloo|nccl]\n"
          "             [--checkpoint PATH] [--crash_at_epoch E] [--timeout SECONDS]\n"
-         "             [--stall_at_step N] [--leave_at_step N]\n"
+         "             [--stall_at_step N] [--leave_at_step N] [--slow_rank R --slow_ms MS]\n"
          "Run under ddprun, e.g.: ddprun --standalone --nproc_per_node=4 train --epochs 5\n";
 }
 
@@ -43,6 +43,8 @@ Options parseOptions(int argc, char** argv) {
       {"--crash_at_epoch", [&](auto& f, auto& v) { o.crashAtEpoch = parseNumber<int>(f, v, 0); }},
       {"--stall_at_step", [&](auto& f, auto& v) { o.stallAtStep = parseNumber<int>(f, v, 0); }},
       {"--leave_at_step", [&](auto& f, auto& v) { o.leaveAtStep = parseNumber<int>(f, v, 0); }},
+      {"--slow_rank", [&](auto& f, auto& v) { o.slowRank = parseNumber<int>(f, v, 0); }},
+      {"--slow_ms", [&](auto& f, auto& v) { o.slowMs = parseNumber<int>(f, v, 0); }},
       {"--checkpoint", [&](auto& f, auto& v) {
          if (v.empty()) throw std::invalid_argument(f + " expects a path");
          o.checkpoint = v;

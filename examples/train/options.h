@@ -21,6 +21,9 @@ struct Options {
   // the others wait for it in the all-reduce).
   int stallAtStep = 0;
   int leaveAtStep = 0;
+  // Test hook for stragglers: rank slowRank (-1: none) spends slowMs more on every step's work.
+  int slowRank = -1;
+  int slowMs = 0;
   int samples = 4096;
   double timeoutS = 1800;      // the communicator's timeout (bootstrap and every collective)
   bool help = false;

@@ -105,6 +105,7 @@ class Trainer {
   }
 
   void testHooks(int64_t step) {
+    if (comm_.rank() == o_.slowRank && o_.slowMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o_.slowMs));
     if (comm_.rank() != 1 || env_.restartCount != 0) return;
     if (step == o_.stallAtStep) {
       std::fprintf(stderr, "rank 1: --stall_at_step %lld: stuck before its all-reduce\n", static_cast<long long>(step));

@@ -12,7 +12,7 @@ Under ddprun with --hang_timeout, a rank whose heartbeats stop for longer than t
 declared hung, with its last step and section, instead of waiting out a collective's own timeout
 (NCCL's is 10-30 minutes). Outside ddprun, or without --hang_timeout, every call does nothing.
 
-It speaks the C++ SDK's channel (worker_sdk/heartbeat.h): "RANK STEP [section=NAME]" datagrams to
+It speaks the C++ SDK's channel (worker_sdk/heartbeat.h): "RANK STEP [section=NAME] [time=S]" datagrams to
 the unix socket named by DDPRUN_HEARTBEAT_SOCKET ('@' starts an abstract name). No call ever
 blocks or raises into training: a datagram the agent cannot take now is dropped, and the next one
 tries again. Standard library only.
@@ -69,8 +69,9 @@ class _Channel:
             self._open()
         return self._sock is not None
 
-    def send(self):
-        """One heartbeat with the current step and section; never raises, never blocks."""
+    def send(self, seconds=None):
+        """One heartbeat with the current step and section (and the step's compute time, when
+        given); never raises, never blocks."""
         with self._lock:
             try:
                 if not self.ready():
@@ -78,6 +79,8 @@ class _Channel:
                 text = "%d %d" % (self._rank, max(self.step, 0))
                 if self.sections:
                     text += " section=" + self.sections[-1]
+                if seconds is not None:
+                    text += " time=%.6f" % seconds
                 self._sock.sendto((text + "\n").encode(), self._address)
             except (OSError, ValueError):
                 pass  # no agent listening yet, a full queue, a socket gone: the next beat tries again
@@ -97,19 +100,29 @@ def enabled():
 
 def heartbeat(step=None):
     """This rank makes progress. `step`: the training step it reached (kept for later beats)."""
+    _beat(step, None)
+
+
+def report_step(step, seconds=None):
+    """This rank finished `step`: a heartbeat that carries the step. `seconds`: the rank's own
+    work in the step (data, forward, backward, optimizer; not the time it waited for its peers),
+    from which the agent finds stragglers: ranks well above the others' median."""
+    _beat(step, seconds)
+
+
+def _beat(step, seconds):
     try:
         if step is not None:
             _channel.step = int(step)
     except (TypeError, ValueError):
         pass
-    _channel.send()
-
-
-def report_step(step, seconds=None):
-    """This rank finished `step` (in `seconds`, when known): a heartbeat that carries the step.
-    The step time is for straggler detection, which the agent does not read yet."""
-    del seconds  # accepted now so that scripts need not change when stragglers are reported
-    heartbeat(step)
+    try:
+        seconds = float(seconds) if seconds is not None else None
+        if seconds is not None and not 0 <= seconds <= 86400:
+            seconds = None
+    except (TypeError, ValueError):
+        seconds = None
+    _channel.send(seconds)
 
 
 @contextlib.contextmanager

@@ -98,6 +98,10 @@ class PythonApiTest(DdprunTestCase):
         ddprun.heartbeat()
         self.assertEqual(listener.next(), "3 0\n")
         ddprun.report_step(41, seconds=0.25)
+        self.assertEqual(listener.next(), "3 41 time=0.250000\n")  # the step's compute time
+        ddprun.report_step(41, seconds="bad")  # never raises: the time is dropped, the beat sent
+        self.assertEqual(listener.next(), "3 41\n")
+        ddprun.report_step(41, seconds=-1)
         self.assertEqual(listener.next(), "3 41\n")
         with ddprun.section("checkpoint"):
             self.assertEqual(listener.next(), "3 41 section=checkpoint\n")

@@ -1,0 +1,16 @@
+// The compute time of a rank's last synchronized step, as GradientReducer::finish() measures it:
+// from the end of the previous finish() to the start of this one, which is the rank's own work
+// (data, forward, backward, the optimizer) and not the wait for slower peers, which in a data-
+// parallel job is the same for every rank. Heartbeat::beat() sends it to the agent with the next
+// beat ("time=SECONDS"), where stragglers are found (agent/straggler_detector.h). Process-wide, lock-free.
+#pragma once
+
+#include <optional>
+
+namespace ddp::detail {
+
+void noteStepCompute(double seconds) noexcept;
+// The last noted value, once: the next call gives nothing until a new one is noted.
+std::optional<double> takeStepCompute() noexcept;
+
+}  // namespace ddp::detail
