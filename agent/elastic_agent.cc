@@ -29,8 +29,8 @@ namespace ddprun {
 class ElasticAgent::Impl {
  public:
   Impl(boost::asio::io_context& io, Rendezvous& rendezvous, ProcessSupervisor& supervisor, AgentOptions options)
-      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)), finishTimer_(io),
-        dumpTimer_(io) {
+      : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)), healthTimer_(io),
+        finishTimer_(io), dumpTimer_(io) {
     if (!options_.stdoutConsole) options_.stdoutConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{1});
     if (!options_.stderrConsole) options_.stderrConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{2});
     if (!options_.canDumpStack) options_.canDumpStack = isPythonProcess;
@@ -45,6 +45,7 @@ class ElasticAgent::Impl {
                         ? std::make_unique<HangDetector>(io_, HangCalibrationRules{}, onHung)
                         : std::make_unique<HangDetector>(io_, options_.hangTimeout, onHung);
     hangDetector_->setOnStepTime([this](int rank, double seconds) { onStepTime(rank, seconds); });
+    scheduleHealthReport();
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
@@ -115,6 +116,25 @@ class ElasticAgent::Impl {
     if (finished_ || !group_ || groupStopped_ || round != currentRound_.round) return;
     if (!peerFinished_) peerFinished_ = PeerFinished{rank, node};
     startFinishTimer();
+  }
+
+  void onJobHealth(const JobHealthView& view) {
+    if (finished_) return;
+    if (hangDetector_) hangDetector_->adoptSections(view.sections);
+    std::set<int> now;
+    for (const auto& s : view.stragglers) {
+      now.insert(s.rank);
+      if (jobStragglers_.count(s.rank)) continue;
+      char text[160];
+      std::snprintf(text, sizeof(text), "takes %.4fs of its own work per step, %.1fx the job's median %.4fs of %d ranks",
+                    s.seconds, view.medianSeconds > 0 ? s.seconds / view.medianSeconds : 0.0, view.medianSeconds,
+                    view.ranks);
+      spdlog::warn("straggler across the job: rank {} on node {} {}", s.rank, s.node, text);
+    }
+    for (int rank : jobStragglers_) {
+      if (!now.count(rank)) spdlog::warn("straggler across the job: rank {} is back near the job's median", rank);
+    }
+    jobStragglers_ = std::move(now);
   }
 
   void onJobClosed(const JobClosure& closure) {
@@ -308,6 +328,21 @@ class ElasticAgent::Impl {
       }
       spdlog::warn("{}", text);
     }
+  }
+
+  // This node's part of the job-wide health view (rendezvous/rules/job_health.h): its ranks'
+  // median step times and its learned hang bounds, every second; the rendezvous sends it with a
+  // heartbeat when it changed.
+  void scheduleHealthReport() {
+    healthTimer_.expires_after(std::chrono::seconds(1));
+    healthTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || finished_) return;
+      NodeHealth health;
+      health.stepSeconds = stragglers_.medians();
+      if (hangDetector_) health.sections = hangDetector_->learnedSections();
+      if (!health.stepSeconds.empty() || !health.sections.empty()) rendezvous_.reportHealth(health);
+      scheduleHealthReport();
+    });
   }
 
   // --- --finish_timeout ---------------------------------------------------------------------
@@ -641,6 +676,7 @@ class ElasticAgent::Impl {
   void finish(int status) {
     if (finished_) return;
     finished_ = true;
+    healthTimer_.cancel();
     if (group_ && !group_->allExited()) group_->killNow();
     if (options_.eventLogToConsole) recordStatusEvents(status);
     if (onFinished_) onFinished_(status);
@@ -702,6 +738,8 @@ class ElasticAgent::Impl {
   std::optional<WorkerExit> firstFailure_;
   std::unique_ptr<HangDetector> hangDetector_;
   StragglerDetector stragglers_;
+  boost::asio::steady_timer healthTimer_;
+  std::set<int> jobStragglers_;  // the stragglers of the job-wide view last told
   // --stop_without_progress, across attempts.
   std::optional<int64_t> highWater_;  // the best step of the attempts judged so far
   bool everBeat_ = false;
@@ -753,5 +791,6 @@ void ElasticAgent::onFenced(uint64_t round, const std::string& reason, std::chro
 void ElasticAgent::onPeerFinished(uint64_t round, int rank, const std::string& node) {
   impl_->onPeerFinished(round, rank, node);
 }
+void ElasticAgent::onJobHealth(const JobHealthView& view) { impl_->onJobHealth(view); }
 
 }  // namespace ddprun

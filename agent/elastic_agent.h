@@ -91,6 +91,7 @@ class ElasticAgent final : public RendezvousListener {
   void onJobClosed(const JobClosure& closure) override;
   void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) override;
   void onPeerFinished(uint64_t round, int rank, const std::string& node) override;
+  void onJobHealth(const JobHealthView& view) override;
 
  private:
   class Impl;

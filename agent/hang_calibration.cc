@@ -35,6 +35,12 @@ void HangCalibration::observe(int rank, const std::string& section, std::chrono:
   longest = std::max(longest, interval);
 }
 
+void HangCalibration::adopt(const std::string& section, std::chrono::milliseconds longest) {
+  const std::string k = key(section);
+  auto& mine = longest_[k];
+  mine = std::max(mine, longest);
+}
+
 std::chrono::milliseconds HangCalibration::timeoutFor(int rank, const std::string& section) const {
   const std::string k = key(section);
   auto warm = warm_.find({rank, k});

@@ -37,6 +37,10 @@ class HangCalibration {
   // Log lines for the learned bounds that changed since the last call ("section 'train': longest
   // interval 0.21s x 5 = 1.1s, floor 3.0s: 3.0s"); a bound is logged again when it grows by 25%.
   std::vector<std::string> takeChanges();
+  // The longest interval learned per section, and bounds learned on other nodes (the job-wide
+  // view): a section's value becomes the longer of the two.
+  const std::map<std::string, std::chrono::milliseconds>& learned() const { return longest_; }
+  void adopt(const std::string& section, std::chrono::milliseconds longest);
 
  private:
   std::string key(const std::string& section) const;

@@ -64,6 +64,16 @@ class HangDetector::Impl : public std::enable_shared_from_this<HangDetector::Imp
 
   void setOnStepTime(std::function<void(int, double)> f) { onStepTime_ = std::move(f); }
 
+  std::map<std::string, std::chrono::milliseconds> learnedSections() const {
+    return calibration_ ? calibration_->learned() : std::map<std::string, std::chrono::milliseconds>{};
+  }
+
+  void adoptSections(const std::map<std::string, std::chrono::milliseconds>& sections) {
+    if (!calibration_) return;
+    for (const auto& [section, longest] : sections) calibration_->adopt(section, longest);
+    for (const auto& line : calibration_->takeChanges()) spdlog::warn("{} (job-wide)", line);
+  }
+
   std::optional<int64_t> bestStep() {
     readAll();
     return bestStep_;
@@ -193,6 +203,12 @@ void HangDetector::disarm() { impl_->disarm(); }
 void HangDetector::forget(int rank) { impl_->forget(rank); }
 std::optional<std::chrono::milliseconds> HangDetector::silentFor(int rank) { return impl_->silentFor(rank); }
 std::optional<int64_t> HangDetector::bestStep() { return impl_->bestStep(); }
+std::map<std::string, std::chrono::milliseconds> HangDetector::learnedSections() const {
+  return impl_->learnedSections();
+}
+void HangDetector::adoptSections(const std::map<std::string, std::chrono::milliseconds>& sections) {
+  impl_->adoptSections(sections);
+}
 void HangDetector::setOnStepTime(std::function<void(int, double)> onStepTime) {
   impl_->setOnStepTime(std::move(onStepTime));
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,10 @@ class HangDetector {
   // Called, on the event loop, for every beat of the armed attempt that carries a step's compute
   // time ("time=SECONDS": libddp's GradientReducer, ddprun.report_step(step, seconds)).
   void setOnStepTime(std::function<void(int rank, double seconds)> onStepTime);
+  // --hang_timeout=auto: what this node learned per section, and bounds learned elsewhere in the
+  // job (the longer wins). Empty / ignored with a fixed timeout.
+  std::map<std::string, std::chrono::milliseconds> learnedSections() const;
+  void adoptSections(const std::map<std::string, std::chrono::milliseconds>& sections);
 
  private:
   class Impl;

@@ -31,11 +31,16 @@ std::vector<StragglerChange> StragglerDetector::observe(int rank, double seconds
   return evaluate();
 }
 
-std::vector<StragglerChange> StragglerDetector::evaluate() {
-  std::map<int, double> medians;
+std::map<int, double> StragglerDetector::medians() const {
+  std::map<int, double> out;
   for (const auto& [rank, s] : samples_) {
-    if (s.size() >= rules_.minSamples) medians[rank] = median({s.begin(), s.end()});
+    if (s.size() >= rules_.minSamples) out[rank] = median({s.begin(), s.end()});
   }
+  return out;
+}
+
+std::vector<StragglerChange> StragglerDetector::evaluate() {
+  const std::map<int, double> medians = this->medians();
   std::vector<StragglerChange> changes;
   if (medians.size() < 2) return changes;
   std::vector<double> all;

@@ -40,6 +40,8 @@ class StragglerDetector {
   // A rank's step took `seconds` of its own work; returns what changed, if the group was judged.
   std::vector<StragglerChange> observe(int rank, double seconds, std::chrono::steady_clock::time_point now);
   const std::set<int>& stragglers() const { return flagged_; }
+  // Each rank's median with enough samples: this node's part of the job-wide view.
+  std::map<int, double> medians() const;
 
  private:
   std::vector<StragglerChange> evaluate();

@@ -63,6 +63,10 @@ ClientCore::Delivered ClientCore::deliver(const pb::ServerMessage& msg, const st
       });
       return Delivered::kOther;
     }
+    case pb::ServerMessage::kJobHealth: {
+      post_([listener = listener_, view = jobHealthOf(msg.job_health())] { listener->onJobHealth(view); });
+      return Delivered::kOther;
+    }
     case pb::ServerMessage::kRejected:
       if (msg.rejected().fatal()) return Delivered::kRefused;
       spdlog::warn("rendezvous: {}", msg.rejected().message());

@@ -171,6 +171,18 @@ class EtcdRendezvous final : public Rendezvous {
   }
   void reportSucceeded(uint64_t round) override { report(toProto(AgentReport::succeeded(round))); }
   void reportStopped(uint64_t round) override { report(toProto(AgentReport::workersStopped(round))); }
+  // Health goes as a heartbeat event (a raft write): only when it changed, at most every 2 s.
+  void reportHealth(const NodeHealth& health) override {
+    const auto now = SteadyClock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (health == lastHealth_ || now - lastHealthAt_ < std::chrono::seconds(2)) return;
+      lastHealth_ = health;
+      lastHealthAt_ = now;
+    }
+    report(toProto(AgentReport::heartbeat(core_.round(), health)));
+  }
+
   void reportRankFinished(uint64_t round, int rank) override {
     report(toProto(AgentReport::rankFinished(round, rank)));
   }
@@ -529,7 +541,9 @@ class EtcdRendezvous final : public Rendezvous {
       pb::AgentMessage msg;
       if (!msg.ParseFromString(*value)) return;
       auto report = reportOf(msg);
-      if (!report || report->kind == AgentReport::Kind::kHeartbeat) return;  // liveness is the lease
+      if (!report) return;
+      // Liveness is the lease: a heartbeat event only carries the node's health.
+      if (report->kind == AgentReport::Kind::kHeartbeat && (!report->health || !live.count(id))) return;
       if (report->kind == AgentReport::Kind::kLeave && !live.count(id)) return;
       out.append(host.report(id, *report, now));
       // A node that left and whose workers are gone is out; one whose workers still stop stays in
@@ -608,6 +622,8 @@ class EtcdRendezvous final : public Rendezvous {
   std::condition_variable cv_;
   std::unique_ptr<EtcdWatch> notices_;
   std::deque<std::pair<std::string, std::string>> reports_;  // key, value; guarded by mu_
+  NodeHealth lastHealth_;                                     // guarded by mu_
+  SteadyClock::time_point lastHealthAt_{};
   std::thread joiner_;
   std::vector<std::thread> threads_;
 };

@@ -90,6 +90,12 @@ class GrpcRendezvous final : public Rendezvous {
     write(toProto(AgentReport::workersStopped(round)));
   }
 
+  void reportHealth(const NodeHealth& health) override {
+    std::lock_guard<std::mutex> lock(healthMu_);
+    if (health == lastHealthSent_) return;
+    pendingHealth_ = health;
+  }
+
   void reportRankFinished(uint64_t round, int rank) override {
     if (!relaysFinish_.load()) return;  // an older server: --finish_timeout stays node-local
     write(toProto(AgentReport::rankFinished(round, rank)));
@@ -255,6 +261,7 @@ class GrpcRendezvous final : public Rendezvous {
       }
       case pb::ServerMessage::kRoundInterrupted:
       case pb::ServerMessage::kPeerFinished:
+      case pb::ServerMessage::kJobHealth:
         core_.deliver(msg, options_.endpoint);
         return true;
       case pb::ServerMessage::kJobClosed:
@@ -310,7 +317,13 @@ class GrpcRendezvous final : public Rendezvous {
       lock.unlock();
       auto now = SteadyClock::now();
       if (now >= nextBeat) {
-        pb::AgentMessage msg = toProto(AgentReport::heartbeat(core_.round()));
+        std::optional<NodeHealth> health;
+        {
+          std::lock_guard<std::mutex> healthLock(healthMu_);
+          if (pendingHealth_) lastHealthSent_ = *pendingHealth_;
+          health = std::exchange(pendingHealth_, std::nullopt);
+        }
+        pb::AgentMessage msg = toProto(AgentReport::heartbeat(core_.round(), std::move(health)));
         {
           std::lock_guard<std::mutex> sentLock(sentMu_);
           msg.mutable_heartbeat()->set_seq(++heartbeatSeq_);
@@ -396,6 +409,10 @@ class GrpcRendezvous final : public Rendezvous {
   std::atomic<bool> fencingOn_{false};      // the server answers heartbeats
   std::atomic<bool> awaitsStopped_{false};  // the server waits for WorkersStopped (the hand-over)
   std::atomic<bool> relaysFinish_{false};   // the server relays RankFinished (--finish_timeout)
+  // The node's health for the next heartbeat (reportHealth), and the last one sent.
+  std::mutex healthMu_;
+  std::optional<NodeHealth> pendingHealth_;
+  NodeHealth lastHealthSent_;
   std::atomic<uint64_t> succeededRound_{0};
   std::atomic<bool> fenceCancelled_{false};  // the session was cancelled by a fence
   std::mutex sentMu_;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/exit_codes.h"
+#include "rendezvous/rules/job_health.h"
 #include "rendezvous/rules/node_view.h"
 
 namespace ddprun {
@@ -37,6 +38,8 @@ class RendezvousListener {
   virtual void onPeerFinished(uint64_t round, int rank, const std::string& node) {
     (void)round, (void)rank, (void)node;
   }
+  // The job-wide health view changed (stragglers across nodes, the longest interval per section).
+  virtual void onJobHealth(const JobHealthView& view) { (void)view; }
 };
 
 class Rendezvous {
@@ -54,6 +57,9 @@ class Rendezvous {
   // members (onPeerFinished), so that --finish_timeout holds job-wide. A backend that cannot
   // relay it ignores it.
   virtual void reportRankFinished(uint64_t round, int rank) { (void)round, (void)rank; }
+  // This node's ranks' health (rendezvous/rules/job_health.h), sent with a coming heartbeat when it
+  // changed. Any thread. A backend without a job-wide view ignores it.
+  virtual void reportHealth(const NodeHealth& health) { (void)health; }
   // No worker of `round` or older runs on this node any more, and none will start: the answer to
   // onRoundInterrupted(round), and after leave(). Other nodes' next round waits for it (the
   // hand-over, docs/rendezvous.md), so the agent sends it as soon as its workers are gone.

@@ -43,7 +43,11 @@ Effects RulesHost::join(const Admitted& admitted, Micros now) {
 
 Effects RulesHost::report(const std::string& nodeId, const AgentReport& r, Micros now) {
   switch (r.kind) {
-    case AgentReport::Kind::kHeartbeat: return effectsOf(state_.heartbeat(nodeId, now));
+    case AgentReport::Kind::kHeartbeat: {
+      Effects fx = effectsOf(state_.heartbeat(nodeId, now));
+      if (r.health && state_.hasNode(nodeId)) tell(health_.update(nodeId, *r.health, now), &fx);
+      return fx;
+    }
     case AgentReport::Kind::kWorkerFailed: return effectsOf(state_.workerFailed(nodeId, r.round, now, r.failure));
     case AgentReport::Kind::kSucceeded: return effectsOf(state_.succeeded(nodeId, r.round, now));
     case AgentReport::Kind::kWorkersStopped: return effectsOf(state_.stopped(nodeId, r.round, now));
@@ -54,9 +58,23 @@ Effects RulesHost::report(const std::string& nodeId, const AgentReport& r, Micro
 }
 
 Effects RulesHost::leave(const std::string& nodeId, const std::string& reason, Micros now, bool saidSo) {
-  return effectsOf(state_.leave(nodeId, reason, now, saidSo));
+  Effects fx = effectsOf(state_.leave(nodeId, reason, now, saidSo));
+  if (!state_.hasNode(nodeId)) health_.forget(nodeId);
+  return fx;
 }
 
-Effects RulesHost::tick(Micros now) { return effectsOf(state_.tick(now)); }
+Effects RulesHost::tick(Micros now) {
+  Effects fx = effectsOf(state_.tick(now));
+  for (const auto& id : health_.reporters()) {
+    if (!state_.hasNode(id)) health_.forget(id);  // evicted or excluded by the rules meanwhile
+  }
+  tell(health_.tick(now), &fx);
+  return fx;
+}
+
+void RulesHost::tell(const std::optional<JobHealthView>& view, Effects* fx) const {
+  if (!view) return;
+  for (const auto& id : health_.reporters()) fx->notices.push_back(Notice{id, *view});
+}
 
 }  // namespace ddprun

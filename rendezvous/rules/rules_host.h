@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "rendezvous/rules/admission.h"
+#include "rendezvous/rules/job_health.h"
 #include "rendezvous/rules/state_machine.h"
 #include "rendezvous/rules/worker_failure.h"
 
@@ -24,8 +26,13 @@ struct AgentReport {
   WorkerFailure failure;  // kWorkerFailed
   std::string reason;     // kLeave: why, as the agent said it (already bounded and printable)
   int rank = 0;           // kRankFinished: the global rank that exited 0
+  std::optional<NodeHealth> health;  // kHeartbeat: the node's ranks' health, when it changed
 
-  static AgentReport heartbeat(uint64_t round) { return of(Kind::kHeartbeat, round); }
+  static AgentReport heartbeat(uint64_t round, std::optional<NodeHealth> health = std::nullopt) {
+    AgentReport r = of(Kind::kHeartbeat, round);
+    r.health = std::move(health);
+    return r;
+  }
   static AgentReport workerFailed(uint64_t round, WorkerFailure failure) {
     AgentReport r = of(Kind::kWorkerFailed, round);
     r.failure = std::move(failure);
@@ -86,9 +93,12 @@ class RulesHost {
 
  private:
   Effects effectsOf(std::vector<Notice> notices) const;
+  // The job-wide health view, to the members that report theirs.
+  void tell(const std::optional<JobHealthView>& view, Effects* fx) const;
 
   std::string runId_;
   RendezvousState state_;
+  JobHealth health_;
 };
 
 }  // namespace ddprun

@@ -36,6 +36,7 @@
 #include <variant>
 #include <vector>
 
+#include "rendezvous/rules/job_health.h"
 #include "rendezvous/rules/worker_failure.h"
 
 namespace ddprun {
@@ -110,7 +111,7 @@ struct Rejection {
 // One message for one node.
 struct Notice {
   std::string nodeId;
-  std::variant<RoundAssignment, RoundInterruption, JobEnd, Rejection, PeerFinish> body;
+  std::variant<RoundAssignment, RoundInterruption, JobEnd, Rejection, PeerFinish, JobHealthView> body;
 };
 
 class RendezvousState {

@@ -1,5 +1,9 @@
 #include "rendezvous/wire/agent_proto.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "common/strings.h"
 #include "rendezvous/wire/notice_proto.h"
 #include "rendezvous/wire/worker_failure_message.h"
@@ -49,6 +53,19 @@ std::optional<AgentReport> reportOf(const pb::AgentMessage& m) {
     case pb::AgentMessage::kHeartbeat:
       r.kind = AgentReport::Kind::kHeartbeat;
       r.round = m.heartbeat().round();
+      if (m.heartbeat().has_health()) {
+        // Bounded again by the rules host (JobHealth); here only what cannot be a value.
+        NodeHealth h;
+        for (const auto& t : m.heartbeat().health().step_times()) {
+          if (h.stepSeconds.size() == 1024) break;
+          if (t.rank() >= 0 && t.seconds() >= 0 && t.seconds() <= 86400) h.stepSeconds[t.rank()] = t.seconds();
+        }
+        for (const auto& b : m.heartbeat().health().sections()) {
+          if (h.sections.size() == 32) break;
+          h.sections[printable(b.section(), 64)] = std::chrono::milliseconds(b.longest_ms());
+        }
+        r.health = std::move(h);
+      }
       return r;
     case pb::AgentMessage::kWorkerFailed:
       r.kind = AgentReport::Kind::kWorkerFailed;
@@ -80,7 +97,22 @@ std::optional<AgentReport> reportOf(const pb::AgentMessage& m) {
 pb::AgentMessage toProto(const AgentReport& r) {
   pb::AgentMessage m;
   switch (r.kind) {
-    case AgentReport::Kind::kHeartbeat: m.mutable_heartbeat()->set_round(r.round); break;
+    case AgentReport::Kind::kHeartbeat:
+      m.mutable_heartbeat()->set_round(r.round);
+      if (r.health) {
+        auto* h = m.mutable_heartbeat()->mutable_health();
+        for (const auto& [rank, s] : r.health->stepSeconds) {
+          auto* t = h->add_step_times();
+          t->set_rank(rank);
+          t->set_seconds(s);
+        }
+        for (const auto& [section, longest] : r.health->sections) {
+          auto* b = h->add_sections();
+          b->set_section(section);
+          b->set_longest_ms(static_cast<uint32_t>(std::clamp<int64_t>(longest.count(), 0, UINT32_MAX)));
+        }
+      }
+      break;
     case AgentReport::Kind::kWorkerFailed:
       toMessage(r.failure, m.mutable_worker_failed());
       m.mutable_worker_failed()->set_round(r.round);

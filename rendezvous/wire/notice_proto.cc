@@ -2,7 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "common/exit_codes.h"
+#include "common/strings.h"
 #include "rendezvous/wire/worker_failure_message.h"
 #include "rpc/grpc_util.h"
 
@@ -80,6 +85,21 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
       toMessage(*e->failure, msg.mutable_job_closed()->mutable_failure());
       msg.mutable_job_closed()->set_failed_node(e->failedNode);
     }
+  } else if (auto* h = std::get_if<JobHealthView>(&notice.body)) {
+    auto* out = msg.mutable_job_health();
+    for (const auto& s : h->stragglers) {
+      auto* st = out->add_stragglers();
+      st->set_rank(s.rank);
+      st->set_seconds(s.seconds);
+      st->set_node(s.node);
+    }
+    out->set_median_seconds(h->medianSeconds);
+    out->set_ranks(h->ranks);
+    for (const auto& [section, longest] : h->sections) {
+      auto* b = out->add_sections();
+      b->set_section(section);
+      b->set_longest_ms(static_cast<uint32_t>(std::min<int64_t>(longest.count(), UINT32_MAX)));
+    }
   } else if (auto* f = std::get_if<PeerFinish>(&notice.body)) {
     msg.mutable_peer_finished()->set_round(f->round);
     msg.mutable_peer_finished()->set_rank(f->rank);
@@ -90,6 +110,22 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
     msg.mutable_rejected()->set_fatal(r->fatal);
   }
   return msg;
+}
+
+JobHealthView jobHealthOf(const pb::JobHealth& m) {
+  JobHealthView view;
+  for (const auto& s : m.stragglers()) {
+    if (view.stragglers.size() == 1024) break;  // what the server sends is bounded too; so is this
+    if (!(s.seconds() >= 0 && s.seconds() <= 86400)) continue;
+    view.stragglers.push_back(StragglerInfo{s.rank(), s.seconds(), printable(s.node(), 256)});
+  }
+  view.medianSeconds = m.median_seconds() >= 0 && m.median_seconds() <= 86400 ? m.median_seconds() : 0;
+  view.ranks = std::max(0, m.ranks());
+  for (const auto& b : m.sections()) {
+    if (view.sections.size() == 32) break;
+    view.sections[printable(b.section(), 64)] = std::chrono::milliseconds(b.longest_ms());
+  }
+  return view;
 }
 
 JobClosure jobClosureOf(const pb::JobClosed& closed) {

@@ -28,6 +28,9 @@ v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
 // An agent's side: the round it was assigned, with its workers' store at `storeAddr`.
 RoundInfo roundInfoOf(const v1::RoundAssigned& assigned, const std::string& storeAddr);
 
+// An agent's side: the job-wide health view (bounded: 1024 stragglers, 32 sections).
+JobHealthView jobHealthOf(const v1::JobHealth& health);
+
 // An agent's side: how the job ended (the failed node's name cut to 256 bytes).
 JobClosure jobClosureOf(const v1::JobClosed& closed);
 

@@ -100,6 +100,12 @@ inline std::string render(const Notice& n, bool withText = false) {
         } else if constexpr (std::is_same_v<T, JobEnd>) {
           line += b.succeeded ? "end succeeded" : "end failed";
           if (withText) line += " (" + b.reason + ")";
+        } else if constexpr (std::is_same_v<T, JobHealthView>) {
+          line += "health ranks=" + std::to_string(b.ranks) + " stragglers=";
+          for (const auto& st : b.stragglers) line += std::to_string(st.rank) + "@" + st.node + ",";
+          for (const auto& [section, longest] : b.sections) {
+            line += " " + (section.empty() ? std::string("-") : section) + "=" + std::to_string(longest.count()) + "ms";
+          }
         } else if constexpr (std::is_same_v<T, PeerFinish>) {
           line += "peer_finished round=" + std::to_string(b.round) + " rank=" + std::to_string(b.rank) + " node=" + b.node;
         } else {

@@ -1,0 +1,93 @@
+#include "rendezvous/rules/job_health.h"
+
+#include <algorithm>
+
+namespace ddprun {
+namespace {
+
+double median(std::vector<double> v) {
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  if (v.size() % 2) return v[mid];
+  const double upper = v[mid];
+  return (upper + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+}
+
+}  // namespace
+
+std::optional<JobHealthView> JobHealth::update(const std::string& node, NodeHealth health,
+                                               std::chrono::microseconds now) {
+  // Bounded whatever the agent sent: the first ranks and sections only, sane values only.
+  NodeHealth kept;
+  for (const auto& [rank, s] : health.stepSeconds) {
+    if (kept.stepSeconds.size() == rules_.maxRanksPerNode) break;
+    if (rank >= 0 && s >= 0 && s <= 86400) kept.stepSeconds[rank] = s;
+  }
+  for (const auto& [section, longest] : health.sections) {
+    if (kept.sections.size() == rules_.maxSections) break;
+    if (section.size() <= 64 && longest.count() >= 0) kept.sections[section] = longest;
+  }
+  auto& slot = nodes_[node];
+  if (slot == kept) return tick(now);
+  slot = std::move(kept);
+  dirty_ = true;
+  return tick(now);
+}
+
+std::optional<JobHealthView> JobHealth::tick(std::chrono::microseconds now) {
+  if (!dirty_ || now - lastRecompute_ < rules_.recomputeEvery) return std::nullopt;
+  return recompute(now);
+}
+
+void JobHealth::forget(const std::string& node) {
+  if (nodes_.erase(node)) dirty_ = true;
+}
+
+std::vector<std::string> JobHealth::reporters() const {
+  std::vector<std::string> out;
+  for (const auto& [node, h] : nodes_) out.push_back(node);
+  return out;
+}
+
+std::optional<JobHealthView> JobHealth::recompute(std::chrono::microseconds now) {
+  dirty_ = false;
+  lastRecompute_ = now;
+  JobHealthView view;
+  std::vector<double> all;
+  for (const auto& [node, h] : nodes_) {
+    for (const auto& [rank, s] : h.stepSeconds) all.push_back(s);
+    for (const auto& [section, longest] : h.sections) {
+      if (view.sections.size() >= rules_.maxSections && !view.sections.count(section)) continue;
+      auto& v = view.sections[section];
+      v = std::max(v, longest);
+    }
+  }
+  view.ranks = static_cast<int>(all.size());
+  if (all.size() >= 2) {
+    view.medianSeconds = median(all);
+    for (const auto& [node, h] : nodes_) {
+      for (const auto& [rank, s] : h.stepSeconds) {
+        if (s > rules_.factor * view.medianSeconds && s - view.medianSeconds >= rules_.minExcess) {
+          view.stragglers.push_back(StragglerInfo{rank, s, node});
+        }
+      }
+    }
+  }
+  // Told when the set of stragglers changes or a section's bound grows (or appears).
+  auto ranksOf = [](const std::vector<StragglerInfo>& v) {
+    std::set<int> r;
+    for (const auto& s : v) r.insert(s.rank);
+    return r;
+  };
+  bool grew = false;
+  for (const auto& [section, longest] : view.sections) {
+    auto it = toldSections_.find(section);
+    if (it == toldSections_.end() || longest > it->second) grew = true;
+  }
+  if (!grew && ranksOf(view.stragglers) == ranksOf(told_)) return std::nullopt;
+  told_ = view.stragglers;
+  toldSections_ = view.sections;
+  return view;
+}
+
+}  // namespace ddprun
