@@ -39,7 +39,7 @@ TEST_CASE("job health: a straggler on one node is named against every node's ran
   CHECK(view->stragglers.empty());
 }
 
-TEST_CASE("job health: the longest interval per section on any node; recomputed at most every second",
+TEST_CASE("job health: the longest interval per section on any node, recomputed at most every second",
           "[rendezvous][hang]") {
   JobHealth h;
   auto view = h.update("a", health({}, {{"", 200ms}, {"checkpoint", 9s}}), Us(0s));

@@ -518,7 +518,7 @@ TEST_CASE("stop without progress: a failure the agent says ends the job spends n
 
 // ---- --exclude_node_after ------------------------------------------------------------------------
 
-TEST_CASE("exclusion: the K-th failure of a node's workers excludes it; a standby takes its place", "[rendezvous]") {
+TEST_CASE("exclusion: the K-th failure of a node's workers excludes it, and a standby takes its place", "[rendezvous]") {
   auto r = rules(2, 2, 5);
   r.excludeNodeAfter = 2;
   RendezvousState s("job", r, sec(0));
