@@ -44,6 +44,10 @@ Heartbeat::~Heartbeat() {
 
 void Heartbeat::beat(int64_t step) noexcept {
   if (fd_ < 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (sent_ && now - lastSent_ < options_.minInterval) return;
+  sent_ = true;
+  lastSent_ = now;
   char text[80];
   // The step's compute time, when a GradientReducer measured one since the last beat.
   const auto compute = detail::takeStepCompute();

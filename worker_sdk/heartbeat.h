@@ -5,6 +5,7 @@
 // agent misses is the agent's problem, not the training's.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,11 @@ namespace ddp {
 struct HeartbeatOptions {
   std::string socket;  // a path, or '@' + an abstract name; empty: disabled
   int rank = 0;
+  // Beats closer together than this are not sent (the next one after it carries the latest step,
+  // and the mean compute time of the steps in between): a step of a millisecond must not pay a
+  // datagram and a wake-up of the agent each time (bench/RESULTS_HANGS.md). Hang bounds are
+  // seconds, so a tenth of a second of lag changes nothing.
+  std::chrono::milliseconds minInterval{100};
 };
 
 class Heartbeat {
@@ -26,7 +32,8 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // Sends "RANK STEP\n"; drops it when the socket is full, gone or unusable.
+  // Sends "RANK STEP[ time=S]\n" unless the last beat went out less than minInterval ago; drops it
+  // when the socket is full, gone or unusable.
   void beat(int64_t step) noexcept;
   // Whether beats are sent anywhere (a socket was named and could be created).
   bool enabled() const { return fd_ >= 0; }
@@ -36,6 +43,8 @@ class Heartbeat {
   int fd_ = -1;
   // The peer's sockaddr_un, kept as bytes so this header needs no system headers.
   std::string address_;
+  std::chrono::steady_clock::time_point lastSent_{};
+  bool sent_ = false;
 };
 
 }  // namespace ddp

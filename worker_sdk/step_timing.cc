@@ -1,24 +1,31 @@
 #include "worker_sdk/step_timing.h"
 
-#include <atomic>
-#include <cstdint>
+#include <mutex>
 
 namespace ddp::detail {
 namespace {
 
-std::atomic<int64_t> lastNanos{-1};
+// The steps noted since the last take (a heartbeat may skip some: HeartbeatOptions::minInterval).
+std::mutex mu;
+double sum = 0;
+long count = 0;
 
 }  // namespace
 
 void noteStepCompute(double seconds) noexcept {
   if (!(seconds >= 0)) return;
-  lastNanos.store(static_cast<int64_t>(seconds * 1e9), std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu);
+  sum += seconds;
+  ++count;
 }
 
 std::optional<double> takeStepCompute() noexcept {
-  const int64_t n = lastNanos.exchange(-1, std::memory_order_relaxed);
-  if (n < 0) return std::nullopt;
-  return static_cast<double>(n) / 1e9;
+  std::lock_guard<std::mutex> lock(mu);
+  if (count == 0) return std::nullopt;
+  const double mean = sum / static_cast<double>(count);
+  sum = 0;
+  count = 0;
+  return mean;
 }
 
 }  // namespace ddp::detail

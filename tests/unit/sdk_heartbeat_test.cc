@@ -10,9 +10,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "test_util.h"
 #include "worker_sdk/heartbeat.h"
+#include "worker_sdk/step_timing.h"
 
 namespace {
 
@@ -60,12 +62,27 @@ TEST_CASE("Heartbeat sends RANK STEP to an abstract-namespace socket", "[sdk]") 
   ddp::Env env;
   env.rank = 3;
   env.heartbeatSocket = name;
-  ddp::Heartbeat heartbeat(env);
+  ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{env.heartbeatSocket, env.rank, std::chrono::milliseconds(0)});
   REQUIRE(heartbeat.enabled());
   heartbeat.beat(42);
   CHECK(agent.receive() == "3 42\n");
   heartbeat.beat(43);
   CHECK(agent.receive() == "3 43\n");
+}
+
+TEST_CASE("Heartbeat thins beats closer than its interval; the next carries the mean step time", "[sdk]") {
+  const std::string name = uniqueAbstractName();
+  Listener agent(name);
+  ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{name, 1, std::chrono::milliseconds(200)});
+  (void)ddp::detail::takeStepCompute();  // nothing left over from another test
+  heartbeat.beat(1);
+  CHECK(agent.receive() == "1 1\n");
+  ddp::detail::noteStepCompute(0.25);
+  heartbeat.beat(2);  // too soon: not sent
+  ddp::detail::noteStepCompute(0.75);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  heartbeat.beat(3);
+  CHECK(agent.receive() == "1 3 time=0.500000\n");
 }
 
 TEST_CASE("Heartbeat sends to a socket path", "[sdk]") {
