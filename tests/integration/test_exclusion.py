@@ -2,7 +2,11 @@
 each round counts) is excluded: its agent exits 201 (README "Exit status"), the rendezvous refuses
 its host for the job's life (an agent restarted there has a new node id and is refused too), and
 the job goes on without spending a restart: a standby node (one that joined a full round) takes
-its place. Every node is a real ddprun agent on loopback, on one ddprun-rdzv."""
+its place. Every node is a real ddprun agent on loopback, on one ddprun-rdzv.
+
+On loopback every agent has the same host (127.0.0.1): the re-join below shows that an agent on
+the excluded host is refused, not that agents of other hosts still get in (the state machine's
+unit tests show that: tests/unit/state_machine_test.cc, "exclusion: ...")."""
 
 import os
 import time
