@@ -2,18 +2,9 @@
 
 #include <algorithm>
 
+#include "common/median.h"
+
 namespace ddprun {
-namespace {
-
-double median(std::vector<double> v) {
-  const std::size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  if (v.size() % 2) return v[mid];
-  const double upper = v[mid];
-  return (upper + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
-}
-
-}  // namespace
 
 void StragglerDetector::newAttempt() {
   samples_.clear();

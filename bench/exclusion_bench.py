@@ -74,13 +74,18 @@ def run_agents(argv_of, tmp, hold_s, timeout_s, tags=("a", "b", "c")):
     return exits, [l.split() for l in lines if l]
 
 
+def worker_in(tmp):
+    prog = os.path.join(tmp, "w.sh")
+    with open(prog, "w") as f:
+        f.write(WORKER)
+    os.chmod(prog, 0o755)
+    return prog
+
+
 def measure_ddprun(args, rdzv_port, i):
     tmp = tempfile.mkdtemp(prefix="ddprun_exclusion_")
     try:
-        prog = os.path.join(tmp, "w.sh")
-        with open(prog, "w") as f:
-            f.write(WORKER)
-        os.chmod(prog, 0o755)
+        prog = worker_in(tmp)
         start = time.time()
 
         def argv_of(tag):
@@ -104,10 +109,7 @@ def measure_ddprun(args, rdzv_port, i):
 def measure_torchrun(args, i):
     tmp = tempfile.mkdtemp(prefix="torchrun_exclusion_")
     try:
-        prog = os.path.join(tmp, "w.sh")
-        with open(prog, "w") as f:
-            f.write(WORKER)
-        os.chmod(prog, 0o755)
+        prog = worker_in(tmp)
         port = benchlib.free_port()
         start = time.time()
 

@@ -7,32 +7,15 @@ import re
 
 import unittest_main
 from etcd_testlib import EtcdTestBase
+from hang_workers import UNEVEN
 
 PYTHON = "/usr/bin/python3"
-
-# Seed 001 on CPU (as test_finish_timeout.py): rank 1 leaves, rank 0 waits for a key it never sets.
-UNEVEN = r'''
-import datetime, os, sys
-import torch.distributed as dist
-
-def wait_for_peer_that_left(store):
-    store.wait(["rank1_batch_100"], datetime.timedelta(seconds=600))
-
-rank = int(os.environ["RANK"])
-store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                      int(os.environ["WORLD_SIZE"]), rank == 0, datetime.timedelta(seconds=60))
-store.set("rank%d_ready" % rank, "1")
-store.wait(["rank0_ready", "rank1_ready"])
-if rank == 1:
-    sys.exit(0)
-wait_for_peer_that_left(store)
-'''
 
 
 class EtcdHangsTest(EtcdTestBase):
     def test_a_rank_that_finished_on_another_node_starts_the_bound(self):
         prog = self.write_file("uneven.py", UNEVEN)
-        jobs = [self.agent(t, "2", [PYTHON, prog], env={"PET_FINISH_TIMEOUT": "3"}) for t in ("a", "b")]
+        jobs = [self.agent(t, "2", [PYTHON, prog, "1"], env={"PET_FINISH_TIMEOUT": "3"}) for t in ("a", "b")]
         results = self.wait_all(jobs, 120)
         described = "\n".join(r.describe() for r in results)
         self.assertEqual([r.returncode for r in results], [124, 124], described)

@@ -14,29 +14,9 @@ import re
 
 import multinode_lib as ml
 from ddprun_testlib import DdprunTestCase, main
+from hang_workers import UNEVEN
 
 PYTHON = "/usr/bin/python3"
-
-# Seed 001 on CPU: rank 1 has less data and leaves; rank 0 waits for a key rank 1 never sets.
-UNEVEN = r'''
-import datetime, os, sys
-import torch.distributed as dist
-
-def wait_for_peer_that_left(store):
-    store.wait(["rank1_batch_100"], datetime.timedelta(seconds=600))
-
-rank = int(os.environ["RANK"])
-store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                      int(os.environ["WORLD_SIZE"]), rank == 0, datetime.timedelta(seconds=60))
-store.set("rank%d_ready" % rank, "1")
-store.wait(["rank0_ready", "rank1_ready"])
-uneven = int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < (int(sys.argv[2]) if len(sys.argv) > 2 else 99)
-if rank == int(sys.argv[1]) and uneven:
-    print("out of data: leaving", flush=True)
-    sys.exit(0)
-if uneven:
-    wait_for_peer_that_left(store)
-'''
 
 # Rank 1 leaves at once; rank 0 runs an epilogue longer than the bound (a final checkpoint) and
 # says so with heartbeats: it must not be killed.

@@ -70,7 +70,7 @@ TEST_CASE("Heartbeat sends RANK STEP to an abstract-namespace socket", "[sdk]") 
   CHECK(agent.receive() == "3 43\n");
 }
 
-TEST_CASE("Heartbeat thins beats closer than its interval; the next carries the mean step time", "[sdk]") {
+TEST_CASE("Heartbeat thins beats closer than its interval, and the next carries the mean step time", "[sdk]") {
   const std::string name = uniqueAbstractName();
   Listener agent(name);
   ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{name, 1, std::chrono::milliseconds(200)});
