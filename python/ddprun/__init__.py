@@ -23,6 +23,7 @@ import os
 import re
 import socket
 import threading
+import time
 
 __all__ = ["enabled", "heartbeat", "report_step", "section"]
 
@@ -41,6 +42,14 @@ class _Channel:
         self._rank = None
         self.step = -1
         self.sections = []  # the sections entered and not left, innermost last
+        # Beats closer than this are not sent (as libddp's Heartbeat: a datagram and a wake-up of
+        # the agent per millisecond step would cost the step; hang bounds are seconds). Section
+        # changes always go. The step times of skipped beats go, averaged, with the next one.
+        self.min_interval = 0.1
+        self._last_sent = None
+        self._last_section = None
+        self._time_sum = 0.0
+        self._time_count = 0
 
     def _open(self):
         name = os.environ.get("DDPRUN_HEARTBEAT_SOCKET", "")
@@ -71,16 +80,27 @@ class _Channel:
 
     def send(self, seconds=None):
         """One heartbeat with the current step and section (and the step's compute time, when
-        given); never raises, never blocks."""
+        given), unless the last went out less than min_interval ago in the same section; never
+        raises, never blocks."""
         with self._lock:
             try:
                 if not self.ready():
                     return
-                text = "%d %d" % (self._rank, max(self.step, 0))
-                if self.sections:
-                    text += " section=" + self.sections[-1]
                 if seconds is not None:
-                    text += " time=%.6f" % seconds
+                    self._time_sum += seconds
+                    self._time_count += 1
+                current = self.sections[-1] if self.sections else None
+                now = time.monotonic()
+                if (self._last_sent is not None and current == self._last_section
+                        and now - self._last_sent < self.min_interval):
+                    return
+                self._last_sent, self._last_section = now, current
+                text = "%d %d" % (self._rank, max(self.step, 0))
+                if current is not None:
+                    text += " section=" + current
+                if self._time_count:
+                    text += " time=%.6f" % (self._time_sum / self._time_count)
+                    self._time_sum, self._time_count = 0.0, 0
                 self._sock.sendto((text + "\n").encode(), self._address)
             except (OSError, ValueError):
                 pass  # no agent listening yet, a full queue, a socket gone: the next beat tries again

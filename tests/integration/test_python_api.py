@@ -5,6 +5,7 @@ inside a section is declared hung under --hang_timeout and named with its sectio
 import os
 import socket
 import threading
+import time
 import uuid
 
 import ddprun
@@ -70,6 +71,7 @@ class PythonApiTest(DdprunTestCase):
         self.saved = {k: os.environ.get(k) for k in ("DDPRUN_HEARTBEAT_SOCKET", "RANK")}
         self.addCleanup(self.restore)
         ddprun._channel = ddprun._Channel()  # a fresh channel per test (it caches the socket)
+        ddprun._channel.min_interval = 0  # every beat goes: the tests below check each one
 
     def restore(self):
         if ddprun._channel._sock is not None:
@@ -113,6 +115,22 @@ class PythonApiTest(DdprunTestCase):
         self.assertEqual(listener.next(), "3 42\n")
         with ddprun.section("x" * 500):
             self.assertEqual(listener.next(), "3 42 section=%s\n" % ("x" * 64))
+
+    def test_beats_closer_than_a_tenth_of_a_second_are_thinned_but_sections_always_go(self):
+        listener = Listener(self)
+        os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
+        os.environ["RANK"] = "2"
+        ddprun._channel.min_interval = 0.2
+        ddprun.report_step(1, seconds=0.01)
+        self.assertEqual(listener.next(), "2 1 time=0.010000\n")
+        ddprun.report_step(2, seconds=0.02)  # too soon: not sent
+        ddprun.report_step(3, seconds=0.04)
+        with ddprun.section("eval"):  # a section change always goes, with the mean step time
+            self.assertEqual(listener.next(), "2 3 section=eval time=0.030000\n")
+        self.assertEqual(listener.next(), "2 3\n")
+        time.sleep(0.25)
+        ddprun.report_step(4)
+        self.assertEqual(listener.next(), "2 4\n")
 
     def test_it_never_blocks_or_raises(self):
         listener = Listener(self)
