@@ -39,14 +39,26 @@ Heartbeat::Heartbeat(HeartbeatOptions options) : options_(std::move(options)) {
 }
 
 Heartbeat::~Heartbeat() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  // The last thinned beat goes now: the steps of a short attempt count (--stop_without_progress).
+  if (pending_) send(pendingStep_, std::chrono::steady_clock::now());
+  ::close(fd_);
 }
 
 void Heartbeat::beat(int64_t step) noexcept {
   if (fd_ < 0) return;
   const auto now = std::chrono::steady_clock::now();
-  if (sent_ && now - lastSent_ < options_.minInterval) return;
+  if (sent_ && now - lastSent_ < options_.minInterval) {
+    pending_ = true;
+    pendingStep_ = step;
+    return;
+  }
+  send(step, now);
+}
+
+void Heartbeat::send(int64_t step, std::chrono::steady_clock::time_point now) noexcept {
   sent_ = true;
+  pending_ = false;
   lastSent_ = now;
   char text[80];
   // The step's compute time, when a GradientReducer measured one since the last beat.

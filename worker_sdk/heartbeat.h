@@ -32,8 +32,8 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // Sends "RANK STEP[ time=S]\n" unless the last beat went out less than minInterval ago; drops it
-  // when the socket is full, gone or unusable.
+  // Sends "RANK STEP[ time=S]\n" unless the last beat went out less than minInterval ago (the
+  // destructor then sends the last such step); drops it when the socket is full, gone or unusable.
   void beat(int64_t step) noexcept;
   // Whether beats are sent anywhere (a socket was named and could be created).
   bool enabled() const { return fd_ >= 0; }
@@ -43,8 +43,12 @@ class Heartbeat {
   int fd_ = -1;
   // The peer's sockaddr_un, kept as bytes so this header needs no system headers.
   std::string address_;
+  void send(int64_t step, std::chrono::steady_clock::time_point now) noexcept;
+
   std::chrono::steady_clock::time_point lastSent_{};
   bool sent_ = false;
+  bool pending_ = false;  // a beat was thinned since the last one sent: the destructor sends it
+  int64_t pendingStep_ = 0;
 };
 
 }  // namespace ddp

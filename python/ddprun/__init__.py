@@ -18,6 +18,7 @@ blocks or raises into training: a datagram the agent cannot take now is dropped,
 tries again. Standard library only.
 """
 
+import atexit
 import contextlib
 import os
 import re
@@ -50,6 +51,7 @@ class _Channel:
         self._last_section = None
         self._time_sum = 0.0
         self._time_count = 0
+        self._pending = False  # a beat was thinned since the last one sent: flush() sends it
 
     def _open(self):
         name = os.environ.get("DDPRUN_HEARTBEAT_SOCKET", "")
@@ -93,20 +95,41 @@ class _Channel:
                 now = time.monotonic()
                 if (self._last_sent is not None and current == self._last_section
                         and now - self._last_sent < self.min_interval):
+                    self._pending = True
                     return
-                self._last_sent, self._last_section = now, current
-                text = "%d %d" % (self._rank, max(self.step, 0))
-                if current is not None:
-                    text += " section=" + current
-                if self._time_count:
-                    text += " time=%.6f" % (self._time_sum / self._time_count)
-                    self._time_sum, self._time_count = 0.0, 0
-                self._sock.sendto((text + "\n").encode(), self._address)
+                self._send_now(now, current)
             except (OSError, ValueError):
                 pass  # no agent listening yet, a full queue, a socket gone: the next beat tries again
 
+    def flush(self):
+        """Sends the last thinned beat, if any (at exit: the steps of a short attempt count for
+        --stop_without_progress). Never raises."""
+        with self._lock:
+            try:
+                if self._pending and self._pid == os.getpid() and self._sock is not None:
+                    self._send_now(time.monotonic(), self.sections[-1] if self.sections else None)
+            except (OSError, ValueError):
+                pass
+
+    def _send_now(self, now, current):
+        """Sends the beat (the caller holds the lock and catches OSError)."""
+        self._pending = False
+        self._last_sent, self._last_section = now, current
+        text = "%d %d" % (self._rank, max(self.step, 0))
+        if current is not None:
+            text += " section=" + current
+        if self._time_count:
+            text += " time=%.6f" % (self._time_sum / self._time_count)
+            self._time_sum, self._time_count = 0.0, 0
+        self._sock.sendto((text + "\n").encode(), self._address)
+
 
 _channel = _Channel()
+
+
+@atexit.register
+def _flush_at_exit():
+    _channel.flush()
 
 
 def enabled():

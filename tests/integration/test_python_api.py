@@ -4,6 +4,8 @@ inside a section is declared hung under --hang_timeout and named with its sectio
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -131,6 +133,16 @@ class PythonApiTest(DdprunTestCase):
         time.sleep(0.25)
         ddprun.report_step(4)
         self.assertEqual(listener.next(), "2 4\n")
+
+    def test_the_last_thinned_beat_goes_at_exit(self):
+        # A short attempt's last steps must reach the agent (--stop_without_progress judges them).
+        listener = Listener(self)
+        env = dict(os.environ, DDPRUN_HEARTBEAT_SOCKET=listener.name, RANK="5")
+        code = "import ddprun\nfor s in range(1, 50): ddprun.report_step(s)\nraise SystemExit(3)\n"
+        rc = subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode
+        self.assertEqual(rc, 3)
+        self.assertEqual(listener.next(), "5 1\n")
+        self.assertEqual(listener.next(), "5 49\n")
 
     def test_it_never_blocks_or_raises(self):
         listener = Listener(self)

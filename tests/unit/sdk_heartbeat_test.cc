@@ -85,6 +85,19 @@ TEST_CASE("Heartbeat thins beats closer than its interval, and the next carries 
   CHECK(agent.receive() == "1 3 time=0.500000\n");
 }
 
+TEST_CASE("Heartbeat sends its last thinned beat when it is destroyed", "[sdk]") {
+  const std::string name = uniqueAbstractName();
+  Listener agent(name);
+  {
+    ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{name, 4, std::chrono::milliseconds(10000)});
+    heartbeat.beat(1);
+    heartbeat.beat(2);
+    heartbeat.beat(3);
+  }
+  CHECK(agent.receive() == "4 1\n");
+  CHECK(agent.receive() == "4 3\n");
+}
+
 TEST_CASE("Heartbeat sends to a socket path", "[sdk]") {
   ddprun::test::TempDir dir;
   const std::string path = dir.file("hb.sock");
