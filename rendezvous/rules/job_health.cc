@@ -6,7 +6,7 @@
 
 namespace ddprun {
 
-std::optional<JobHealthView> JobHealth::update(const std::string& node, NodeHealth health,
+std::optional<JobHealthTold> JobHealth::update(const std::string& node, NodeHealth health,
                                                std::chrono::microseconds now) {
   // Bounded whatever the agent sent: the first ranks and sections only, sane values only.
   NodeHealth kept;
@@ -18,20 +18,22 @@ std::optional<JobHealthView> JobHealth::update(const std::string& node, NodeHeal
     if (kept.sections.size() == rules_.maxSections) break;
     if (section.size() <= 64 && longest.count() >= 0) kept.sections[section] = longest;
   }
-  auto& slot = nodes_[node];
-  if (slot == kept) return tick(now);
-  slot = std::move(kept);
+  auto [slot, added] = nodes_.try_emplace(node);
+  if (added) dirty_ = true;  // a new reporter: at least told the standing view
+  if (slot->second == kept) return tick(now);
+  slot->second = std::move(kept);
   dirty_ = true;
   return tick(now);
 }
 
-std::optional<JobHealthView> JobHealth::tick(std::chrono::microseconds now) {
+std::optional<JobHealthTold> JobHealth::tick(std::chrono::microseconds now) {
   if (!dirty_ || now - lastRecompute_ < rules_.recomputeEvery) return std::nullopt;
   return recompute(now);
 }
 
 void JobHealth::forget(const std::string& node) {
   if (nodes_.erase(node)) dirty_ = true;
+  toldNodes_.erase(node);
 }
 
 std::vector<std::string> JobHealth::reporters() const {
@@ -40,7 +42,7 @@ std::vector<std::string> JobHealth::reporters() const {
   return out;
 }
 
-std::optional<JobHealthView> JobHealth::recompute(std::chrono::microseconds now) {
+std::optional<JobHealthTold> JobHealth::recompute(std::chrono::microseconds now) {
   dirty_ = false;
   lastRecompute_ = now;
   JobHealthView view;
@@ -75,10 +77,22 @@ std::optional<JobHealthView> JobHealth::recompute(std::chrono::microseconds now)
     auto it = toldSections_.find(section);
     if (it == toldSections_.end() || longest > it->second) grew = true;
   }
-  if (!grew && ranksOf(view.stragglers) == ranksOf(told_)) return std::nullopt;
-  told_ = view.stragglers;
-  toldSections_ = view.sections;
-  return view;
+  JobHealthTold out;
+  if (grew || ranksOf(view.stragglers) != ranksOf(told_)) {
+    told_ = view.stragglers;
+    toldSections_ = view.sections;
+    toldNodes_.clear();
+    out.nodes = reporters();
+  } else if (!told_.empty() || !toldSections_.empty()) {
+    // Unchanged, but a member that reports since the last telling has not heard it.
+    for (const auto& [node, h] : nodes_) {
+      if (!toldNodes_.count(node)) out.nodes.push_back(node);
+    }
+  }
+  if (out.nodes.empty()) return std::nullopt;
+  toldNodes_.insert(out.nodes.begin(), out.nodes.end());
+  out.view = std::move(view);
+  return out;
 }
 
 }  // namespace ddprun

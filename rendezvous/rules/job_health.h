@@ -4,7 +4,8 @@
 //   times the median over all the job's ranks (and by `minExcess`), named with their node;
 // - the longest heartbeat interval per section on any node, so that every node's
 //   --hang_timeout=auto uses the same bounds.
-// What changed is told to the members that report health. Bounded: ranks and sections per node
+// What changed is told to the members that report health, and a member that starts reporting
+// later (a slow start, a rejoin) is told the standing view once. Bounded: ranks and sections per node
 // are capped, and the view is recomputed at most every `recomputeEvery` however many nodes report.
 // No I/O, no clock of its own.
 #pragma once
@@ -39,6 +40,12 @@ struct JobHealthView {
   std::map<std::string, std::chrono::milliseconds> sections;
 };
 
+// A view and the nodes to tell it to.
+struct JobHealthTold {
+  JobHealthView view;
+  std::vector<std::string> nodes;
+};
+
 struct JobHealthRules {
   double factor = 1.5;
   double minExcess = 0.005;
@@ -50,16 +57,17 @@ struct JobHealthRules {
 class JobHealth {
  public:
   explicit JobHealth(JobHealthRules rules = {}) : rules_(rules) {}
-  // A member's report; the view to tell the reporting members if it changed (nullopt: nothing new,
-  // or not recomputed yet: a later report or tick() does).
-  std::optional<JobHealthView> update(const std::string& node, NodeHealth health, std::chrono::microseconds now);
-  std::optional<JobHealthView> tick(std::chrono::microseconds now);
+  // A member's report; what to tell whom: every reporting member if the view changed, only the
+  // members not told yet if it did not (nullopt: nothing to tell, or not recomputed yet: a later
+  // report or tick() does).
+  std::optional<JobHealthTold> update(const std::string& node, NodeHealth health, std::chrono::microseconds now);
+  std::optional<JobHealthTold> tick(std::chrono::microseconds now);
   void forget(const std::string& node);
   // The nodes that report health (and get the view).
   std::vector<std::string> reporters() const;
 
  private:
-  std::optional<JobHealthView> recompute(std::chrono::microseconds now);
+  std::optional<JobHealthTold> recompute(std::chrono::microseconds now);
 
   JobHealthRules rules_;
   std::map<std::string, NodeHealth> nodes_;
@@ -67,6 +75,7 @@ class JobHealth {
   std::chrono::microseconds lastRecompute_{-std::chrono::hours(1)};
   std::vector<StragglerInfo> told_;                               // the stragglers last told
   std::map<std::string, std::chrono::milliseconds> toldSections_;  // the bounds last told
+  std::set<std::string> toldNodes_;                               // the nodes that have them
 };
 
 }  // namespace ddprun

@@ -72,9 +72,9 @@ Effects RulesHost::tick(Micros now) {
   return fx;
 }
 
-void RulesHost::tell(const std::optional<JobHealthView>& view, Effects* fx) const {
-  if (!view) return;
-  for (const auto& id : health_.reporters()) fx->notices.push_back(Notice{id, *view});
+void RulesHost::tell(const std::optional<JobHealthTold>& told, Effects* fx) const {
+  if (!told) return;
+  for (const auto& id : told->nodes) fx->notices.push_back(Notice{id, told->view});
 }
 
 }  // namespace ddprun

@@ -94,7 +94,7 @@ class RulesHost {
  private:
   Effects effectsOf(std::vector<Notice> notices) const;
   // The job-wide health view, to the members that report theirs.
-  void tell(const std::optional<JobHealthView>& view, Effects* fx) const;
+  void tell(const std::optional<JobHealthTold>& told, Effects* fx) const;
 
   std::string runId_;
   RendezvousState state_;
