@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "agent/proc_tree.h"
+#include "ddprun_build_info.h"  // generated: cmake/WriteBuildInfo.cmake
 
 namespace {
 
@@ -74,6 +75,11 @@ void killCgroup(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    const char text[] = "ddprun-watchdog " DDPRUN_VERSION_STRING "\ncommit: " DDPRUN_GIT_COMMIT
+                        "\nbuild: " DDPRUN_BUILD_TYPE "\nlinks: nothing (a static executable)\n";
+    return ::write(1, text, sizeof(text) - 1) == static_cast<ssize_t>(sizeof(text) - 1) ? 0 : 1;
+  }
   std::string marker, removeFolder, cgroup;
   bool usage = argc < 3 || argc % 2 == 0;
   for (int i = 1; i + 1 < argc && !usage; i += 2) {

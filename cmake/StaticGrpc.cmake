@@ -63,8 +63,12 @@ else()
   target_link_libraries(ddprun_grpc INTERFACE gRPC::grpc++ protobuf::libprotobuf absl::synchronization)
 endif()
 
+# Also defines DDPRUN_GRPC_COMPILED_IN (1 or 0) for the executable's own sources (--version says it).
 function(ddprun_link_grpc_statically)
   if(DDPRUN_STATIC_GRPC)
     set_target_properties(${ARGN} PROPERTIES DDPRUN_STATIC_GRPC ON)
   endif()
+  foreach(target IN LISTS ARGN)
+    target_compile_definitions(${target} PRIVATE DDPRUN_GRPC_COMPILED_IN=$<BOOL:${DDPRUN_STATIC_GRPC}>)
+  endforeach()
 endfunction()

@@ -192,12 +192,14 @@ ParseResult exitWith(int status) {
 
 }  // namespace
 
-ParseResult parseCommandLine(int argc, const char* const* argv) {
+ParseResult parseCommandLine(int argc, const char* const* argv, const std::string& versionText) {
   CLI::App app{"ddprun: start one worker process per GPU (or CPU slot) with torchrun's environment, supervise\n"
                "them, restart them on failure, and leave nothing behind.\n\n"
                "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (PROGRAM.py and -m MODULE run under $PYTHON_EXEC -u)",
                "ddprun"};
-  app.set_version_flag("--version", "ddprun " DDPRUN_VERSION_STRING);
+  // CLI11 adds the line end.
+  std::string version = versionText.ends_with('\n') ? versionText.substr(0, versionText.size() - 1) : versionText;
+  app.set_version_flag("--version", [version] { return version; });
   app.get_formatter()->column_width(40);
   FlagValues flags;
   registerFlags(app, flags);

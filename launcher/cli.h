@@ -15,6 +15,7 @@ struct ParseResult {
 
 // Parses and validates argv. Errors are printed as one line to stderr (exit status 2); --help and
 // --version print to stdout. `environ` supplies PET_* and PYTHON_EXEC; nothing is started.
-ParseResult parseCommandLine(int argc, const char* const* argv);
+// versionText: what --version prints (common/build_info.h); each binary says what it links.
+ParseResult parseCommandLine(int argc, const char* const* argv, const std::string& versionText = "ddprun");
 
 }  // namespace ddprun

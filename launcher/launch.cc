@@ -243,8 +243,8 @@ int execMultiNode(char** argv) {
 
 }  // namespace
 
-int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode) {
-  auto parsed = parseCommandLine(argc, argv);
+int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode, const std::string& versionText) {
+  auto parsed = parseCommandLine(argc, argv, versionText);
   if (parsed.kind == ParseResult::Kind::kExit) return parsed.exitStatus;
   try {
     if (parsed.config.dryRun) return printDryRun(parsed.config);

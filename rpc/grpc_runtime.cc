@@ -1,7 +1,9 @@
 #include "rpc/grpc_runtime.h"
 
 #include <absl/synchronization/mutex.h>
+#include <google/protobuf/stubs/common.h>
 #include <grpc/support/log.h>
+#include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
 #include <mutex>
@@ -14,6 +16,12 @@ void prepareGrpcRuntime() {
     gpr_set_log_function([](gpr_log_func_args* args) { spdlog::debug("grpc: {}", args->message); });
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   });
+}
+
+std::vector<std::string> grpcLinks(bool compiledIn) {
+  const char* how = compiledIn ? "compiled in" : "shared";
+  return {"gRPC " + grpc::Version() + " (" + how + ")",
+          "protobuf " + google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION) + " (" + how + ")"};
 }
 
 }  // namespace ddprun

@@ -3,7 +3,14 @@
 // process-wide settings are not ours to change.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace ddprun {
+
+// gRPC and protobuf as this executable has them, for --version (common/build_info.h): compiled in
+// (DDPRUN_STATIC_GRPC, per executable) or shared.
+std::vector<std::string> grpcLinks(bool compiledIn);
 
 // Idempotent and thread-safe; call before creating a gRPC channel or server.
 //  - gRPC writes its own errors straight to stderr (for example a lost race to bind a port that

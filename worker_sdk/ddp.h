@@ -12,4 +12,5 @@
 #include "worker_sdk/remote_store.h"
 #include "worker_sdk/staging_buffer.h"
 #include "worker_sdk/store.h"
+#include "worker_sdk/version.h"
 #include "worker_sdk/work.h"

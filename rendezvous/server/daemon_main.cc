@@ -7,14 +7,24 @@
 #include <csignal>
 #include <iostream>
 
+#include "common/build_info.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/strings.h"
 #include "common/token_file.h"
 #include "rendezvous/server/rendezvous_server.h"
+#include "rpc/grpc_runtime.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ddprun-rdzv: the standalone rendezvous and store server for ddprun jobs", "ddprun-rdzv"};
+  app.set_version_flag("--version", [] {
+    auto links = ddprun::grpcLinks(DDPRUN_GRPC_COMPILED_IN);
+    for (auto& link : ddprun::loggingLinks()) links.push_back(link);
+    links.push_back(ddprun::cxxRuntimeLink());
+    std::string text = ddprun::versionText("ddprun-rdzv", links);
+    text.pop_back();  // CLI11 adds the line end
+    return text;
+  });
   int port = 29400;
   std::string bind = "127.0.0.1";
   std::string tokenFile;
@@ -71,6 +81,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "ddprun-rdzv: error: " << e.what() << "\n";

