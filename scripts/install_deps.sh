@@ -14,6 +14,9 @@ packages=(
   # (scripts/slurm_cluster.py); without systemd (CI) the packages start no service by themselves.
   munge slurmctld slurmd
   etcd-server etcd-client  # a real 3-member etcd v3 cluster for the etcd backend's tests (scripts/etcd_cluster.py)
+  # Packaging (scripts/package.sh): dpkg-shlibdeps for the .deb's Depends, python3-venv for the
+  # wheel's build tools; the bare Debian 12 root that tests/install installs them into.
+  dpkg-dev python3-venv mmdebstrap debian-archive-keyring
 )
 
 missing=()

@@ -6,6 +6,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/install_deps.sh"
 bash "$root/scripts/build.sh"
+# The wheel and the .deb (build/dist), which tests/install installs into a bare Debian 12 root. A
+# packaging failure is reported and fails the run, but the tests still run (that test then says
+# which package is missing).
+package_status=0
+bash "$root/scripts/package.sh" || { package_status=$?; echo "test.sh: scripts/package.sh failed (exit $package_status)" >&2; }
 cd "${DDPRUN_BUILD_DIR:-$root/build}"
 mkdir -p Testing/Temporary
 console=Testing/Temporary/ctest_console.log
@@ -13,4 +18,5 @@ status=0
 ctest --output-on-failure --timeout 600 -j2 "$@" 2>&1 | tee "$console" || status=$?
 python3 "$root/scripts/test_summary.py" "$console" Testing/Temporary/LastTest.log ||
   echo "test.sh: could not summarize the run (scripts/test_summary.py failed)" >&2
+[ "$status" -eq 0 ] && [ "$package_status" -ne 0 ] && status=$package_status
 exit "$status"
