@@ -52,12 +52,12 @@ SAMPLES = {
     "-r": "0", "--redirects": "0", "-t": "3", "--tee": "3", "--log-line-prefix-template": "[${rank}]:",
     "--local-ranks-filter": "0", "--duplicate-stdout-filters": "a,b", "--duplicate-stderr-filters": "a",
     "--node-rank": "0", "--master-addr": "127.0.0.1", "--master-port": "{port}", "--local-addr": "127.0.0.1",
-    "--logs-specs": None, "--numa-binding": "node", "--signals-to-handle": "SIGTERM,SIGUSR1",
+    "--logs-specs": "default", "--numa-binding": "node", "--signals-to-handle": "SIGTERM,SIGUSR1",
     "--shutdown-timeout": "5", "--print-completion": "bash",
 }
 # Flags whose run needs what this machine has not (a GPU) or a plugin: compared on acceptance of
 # the flag itself (not a usage error), not on success.
-NEEDS_MORE = {"--numa-binding": "a GPU", "--logs-specs": "a torchrun.logs_specs plugin"}
+NEEDS_MORE = {"--numa-binding": "a GPU"}
 
 
 def torchrun_options(python):

@@ -100,10 +100,10 @@ void checkStartMethod(const std::string& value) {
 }
 
 void checkLogsSpecs(const std::string& value) {
-  if (value.empty()) return;
+  if (value.empty() || value == "default") return;
   throw ConfigError(quoted("--logs_specs", value) +
                     ": custom logs specs are torchrun plugins (Python entry points of group torchrun.logs_specs), "
-                    "which ddprun cannot load; its built-in one takes --log_dir, --redirects, --tee and "
+                    "which ddprun cannot load; its built-in one (\"default\", as torch names it) takes --log_dir, --redirects, --tee and "
                     "--local_ranks_filter");
 }
 

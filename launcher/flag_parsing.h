@@ -64,7 +64,8 @@ std::vector<int> parseSignals(const std::string& value);
 void checkStartMethod(const std::string& value);
 
 // --logs_specs: torchrun loads a Python entry point by that name; ddprun has only its built-in
-// logs spec, so any name is refused (torchrun refuses names it cannot find too).
+// logs spec, which torch registers as "default": that name is accepted, any other is refused
+// (torchrun refuses names it cannot find too).
 void checkLogsSpecs(const std::string& value);
 
 // --event_log_handler: "null" (torchrun's default; "dynamic_rendezvous" means the same) or

@@ -83,6 +83,15 @@ class TorchRun2FlagsTest(DdprunTestCase):
         quiet = self.run_job(["--standalone", "--no_python", "/bin/true"], env=self.env())
         self.assertNotIn("torchelastic.worker.status", quiet.stderr)  # the default handler is null
 
+    def test_logs_specs_default_is_the_built_in_one(self):
+        # torch registers its built-in logs spec as "default" in the torchrun.logs_specs entry-point
+        # group: the name torchrun users write (issue #22, item 5; it was exit 2).
+        for flags in (["--logs_specs=default"], ["--logs-specs", "default"]):
+            res = self.run_job(["--standalone", "--nproc_per_node=2"] + flags + ["--no_python", "/bin/true"], env=self.env())
+            self.assert_exit(res, 0)
+        res = self.run_job(["--standalone", "--no_python", "/bin/true"], env=dict(self.env(), PET_LOGS_SPECS="default"))
+        self.assert_exit(res, 0)
+
     def test_plugins_and_bad_modes_are_refused_with_exit_2(self):
         for flags, words in ((["--logs_specs=myspecs"], "cannot load"),
                              (["--numa_binding=nearby"], "expected node, socket, exclusive or core-complex"),
