@@ -173,6 +173,8 @@ class RendezvousState {
 
   const RendezvousRules& rules() const { return rules_; }
   Phase phase() const { return phase_; }
+  // A gathering's last call has started (its deadline is set).
+  bool lastCallStarted() const { return lastCallDeadline_.has_value(); }
   uint64_t round() const { return round_; }
   int restartCount() const { return restartCount_; }
   bool isCurrentRound(uint64_t round) const { return phase_ == Phase::kRunning && round == round_; }

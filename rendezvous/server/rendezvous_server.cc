@@ -127,6 +127,7 @@ class RendezvousServer::Impl {
   }
 
   int port() const { return port_; }
+  uint64_t timerWakeups() const { return rendezvous_->timerWakeups(); }
   std::string address() const { return joinHostPort(options_.bindAddress, port_); }
 
  private:
@@ -196,5 +197,6 @@ RendezvousServer::~RendezvousServer() = default;
 int RendezvousServer::port() const { return impl_->port(); }
 std::string RendezvousServer::address() const { return impl_->address(); }
 void RendezvousServer::shutdown(std::chrono::milliseconds grace) { impl_->shutdown(grace); }
+uint64_t RendezvousServer::timerWakeups() const { return impl_->timerWakeups(); }
 
 }  // namespace ddprun

@@ -88,6 +88,8 @@ class RendezvousServer {
   std::string address() const;
   // Gives agents up to `grace` to read the end of their jobs, then stops.
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(2));
+  // RendezvousService::timerWakeups().
+  uint64_t timerWakeups() const;
 
  private:
   class Impl;

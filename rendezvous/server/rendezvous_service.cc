@@ -2,12 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -153,7 +156,7 @@ class RendezvousService::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_ || s->ended) return false;
       if (!s->joined) {
-        keepReading = handleJoin(s, msg, &fx);
+        keepReading = handleJoin(s, msg, &fx, &deadlinesMayBeEarlier);
       } else {
         keepReading = handleReport(s, msg, &fx, &deadlinesMayBeEarlier);
       }
@@ -195,6 +198,8 @@ class RendezvousService::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     return jobs_.count(runId) != 0;
   }
+
+  uint64_t timerWakeups() const { return timerWakeups_.load(std::memory_order_relaxed); }
 
   bool roundIsCurrent(const std::string& runId, uint64_t round) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -263,7 +268,10 @@ class RendezvousService::Impl {
     if (options_.onJobGone) upkeep_.push_back([this, runId] { options_.onJobGone(runId); });
   }
 
-  bool handleJoin(SessionReactor* s, const pb::AgentMessage& msg, Pending* fx) {
+  // *deadlinesMayBeEarlier: false for a plain Join (below), whose deadlines cannot be earlier than
+  // the one the timer thread sleeps until; waking it for every Join made a gathering of N nodes
+  // O(N^2) (each wake-up walks every node: bench/RESULTS_MULTINODE.md, finding 1).
+  bool handleJoin(SessionReactor* s, const pb::AgentMessage& msg, Pending* fx, bool* deadlinesMayBeEarlier) {
     if (msg.kind_case() != pb::AgentMessage::kJoin) {
       post(s, rejection(pb::Rejected::NOT_JOINED, "the first message of a session must be Join"), true, fx);
       return false;
@@ -293,7 +301,19 @@ class RendezvousService::Impl {
                    admitted.rules.maxRestarts);
     }
     Job& job = it->second;
+    // A plain Join: a node new to a gathering job that has sessions already, which neither ends
+    // the gathering nor starts its last call. All it adds is its own heartbeat deadline, a full
+    // timeout from now: if the timer thread sleeps until no later than that, it sees it then.
+    // Anything else (a new job, a node id that replaces one, a last call, a round) may bring a
+    // deadline earlier: the thread is woken.
+    const RendezvousState& state = job.host->state();
+    const bool gathering = state.phase() == RendezvousState::Phase::kGathering;
+    const bool lastCall = state.lastCallStarted();
+    const bool plain = gathering && !job.sessions.empty() && !state.hasNode(admitted.node.nodeId) &&
+                       timerSleepsUntil_ && now + state.rules().heartbeatTimeout >= *timerSleepsUntil_;
     Effects joined = job.host->join(admitted, now);
+    *deadlinesMayBeEarlier = !(plain && state.phase() == RendezvousState::Phase::kGathering &&
+                               state.lastCallStarted() == lastCall);
     // A join's own rejection goes to this stream: the node id may belong to another live session.
     for (const auto& n : joined.notices) {
       if (n.nodeId == admitted.node.nodeId && std::holds_alternative<Rejection>(n.body)) {
@@ -411,11 +431,16 @@ class RendezvousService::Impl {
         if (job.host->state().phase() == RendezvousState::Phase::kClosed && job.sessions.empty()) d = Micros(0);  // gone now
         if (d && (!next || *d < *next)) next = d;
       }
+      // What a plain Join compares with (handleJoin); none: sleeping without a deadline.
+      timerSleepsUntil_ = next;
       if (next) {
         cv_.wait_until(lock, Clock::time_point(std::chrono::duration_cast<Clock::duration>(*next)));
       } else {
         cv_.wait_for(lock, std::chrono::seconds(60));
       }
+      // Awake: the loop looks at every job before it sleeps again, so no event needs to wake it.
+      timerSleepsUntil_ = Micros::min();
+      timerWakeups_.fetch_add(1, std::memory_order_relaxed);
       if (stopping_) break;
       Micros now = monotonicNow();
       Pending fx;
@@ -446,6 +471,8 @@ class RendezvousService::Impl {
   RendezvousServiceOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::optional<Micros> timerSleepsUntil_ = Micros::min();  // under mu_: see timerLoop
+  std::atomic<uint64_t> timerWakeups_{0};
   std::condition_variable idleCv_;
   std::map<std::string, Job> jobs_;
   std::set<SessionReactor*> sessions_;
@@ -565,5 +592,7 @@ bool RendezvousService::jobExists(const std::string& runId) const { return impl_
 void RendezvousService::shutdown() { impl_->shutdown(); }
 
 bool RendezvousService::waitIdle(std::chrono::milliseconds timeout) { return impl_->waitIdle(timeout); }
+
+uint64_t RendezvousService::timerWakeups() const { return impl_->timerWakeups(); }
 
 }  // namespace ddprun

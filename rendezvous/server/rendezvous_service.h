@@ -54,6 +54,9 @@ class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
   // Ends every session (agents see the stream close) and stops the timer; call before the
   // grpc::Server shuts down.
   void shutdown();
+  // How many times the deadline thread has woken up. Each wake-up looks at every node of every
+  // job, so it must not grow with the number of Joins (a test and the metrics read it).
+  uint64_t timerWakeups() const;
 
   class Impl;
 

@@ -53,3 +53,29 @@ TEST_CASE("limits: a job without agents is forgotten after the idle timeout, mea
   REQUIRE(fresh.send(joinMessage("squat", "node-b", jobRules(1, 1), 1)));
   CHECK(expectAssigned(fresh).round() == 1);
 }
+
+// bench/RESULTS_MULTINODE.md, finding 1: every Join woke the deadline thread, which walks every
+// node of every job under the service mutex, so a gathering of N nodes cost O(N^2). A plain Join
+// (a new node in a job that has nodes) cannot bring a deadline earlier than the thread's next
+// one, so it must not wake it. Counted, not timed: the old code woke it about once per Join.
+TEST_CASE("limits: joins into a gathering job do not wake the deadline thread each", "[limits][scale]") {
+  Watchdog dog(60s, "limits: join wake-ups");
+  TestServer server;
+  constexpr int kNodes = 60;
+  const auto rules = jobRules(kNodes + 1, kNodes + 1);  // never complete: no round forms meanwhile
+  std::vector<std::unique_ptr<Session>> sessions;
+  sessions.push_back(std::make_unique<Session>(server.address()));
+  REQUIRE(sessions.back()->send(joinMessage("wake", "node-0", rules, 1)));
+  std::this_thread::sleep_for(200ms);  // the first Join (a new job) wakes it; let that settle
+  const uint64_t before = server.server.timerWakeups();
+  for (int i = 1; i < kNodes; ++i) {
+    sessions.push_back(std::make_unique<Session>(server.address()));
+    REQUIRE(sessions.back()->send(joinMessage("wake", "node-" + std::to_string(i), rules, 1)));
+    std::this_thread::sleep_for(3ms);  // one Join at a time: the old code's wake-ups do not merge
+  }
+  std::this_thread::sleep_for(300ms);
+  const uint64_t wakeups = server.server.timerWakeups() - before;
+  INFO(wakeups << " wake-ups for " << kNodes - 1 << " Joins");
+  CHECK(wakeups < 5);
+  for (auto& s : sessions) s->cancel();
+}
