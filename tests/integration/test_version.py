@@ -33,13 +33,17 @@ class VersionTest(unittest.TestCase):
                 self.assertTrue(lines[3].startswith("links: "), out)
                 self.assertEqual(len(lines), 4, out)
 
-    def test_the_commit_is_this_trees(self):
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
-        if head.returncode != 0:
-            self.skipTest("not a git checkout: %s" % head.stderr.strip())
+    def test_the_commit_is_one_of_this_trees(self):
+        if subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+            self.skipTest("not a git checkout")
         rc, out, _ = version_of("ddprun")
-        # A build from a tree with edits says -dirty; the commit itself is HEAD's at the last build.
-        self.assertIn("commit: " + head.stdout.strip(), out)
+        commit = re.search(r"^commit: ([0-9a-f]{12})(-dirty)?$", out, re.M)
+        self.assertIsNotNone(commit, out)
+        # HEAD's at the last build: HEAD itself in CI, an ancestor of it after a commit that was
+        # not built yet. A commit from elsewhere, or none, fails.
+        ancestor = subprocess.run(["git", "-C", REPO, "merge-base", "--is-ancestor", commit.group(1), "HEAD"],
+                                  capture_output=True, text=True)
+        self.assertEqual(ancestor.returncode, 0, "%s is not HEAD or an ancestor of it: %s" % (commit.group(1), ancestor.stderr))
 
     def test_the_multinode_binaries_name_grpc_and_protobuf(self):
         for binary in ("ddprun-multinode", "ddprun-rdzv"):
