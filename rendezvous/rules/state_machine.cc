@@ -80,9 +80,9 @@ RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
     node.lastSeen = now;
     node.joinSeq = n.joinSeq;
     node.groupRank = n.groupRank;
-    node.stoppingRound = n.stoppingRound;
+    state.setStopping(node, n.stoppingRound);
     node.stoppingSince = now;
-    node.leaving = n.leaving;
+    if (n.leaving) state.setLeaving(node);
   }
   state.members_ = s.members;
   state.succeededMembers_ = std::set<std::string>(s.succeededMembers.begin(), s.succeededMembers.end());
@@ -281,9 +281,9 @@ std::vector<Notice> RendezvousState::stopped(const std::string& nodeId, uint64_t
   // A late or repeated report (the node was dropped meanwhile, or answers an older interruption)
   // changes nothing.
   if (it == nodes_.end() || it->second.stoppingRound == 0 || round < it->second.stoppingRound) return out;
-  it->second.stoppingRound = 0;
+  setStopping(it->second, 0);
   it->second.lastSeen = now;
-  if (it->second.leaving) nodes_.erase(it);
+  if (it->second.leaving) eraseNode(it);
   if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
   return out;
 }
@@ -297,7 +297,7 @@ std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std:
     const bool runsWorkers = phase_ == Phase::kRunning && node.groupRank >= 0 && !succeededMembers_.count(nodeId);
     if (runsWorkers || node.stoppingRound != 0) {
       // Out of the next round at once; in the job until its workers are gone (stopped()).
-      node.leaving = true;
+      setLeaving(node);
       if (runsWorkers) {
         interruptRound("node " + nodeId + " left: " + reason, now, &out);
         beginGathering(now, true);
@@ -318,7 +318,7 @@ void RendezvousState::removeNodes(const std::vector<std::string>& nodeIds, const
     if (it == nodes_.end()) continue;
     // A member whose workers already succeeded is done; the others still run toward the barrier.
     if (it->second.groupRank >= 0 && !succeededMembers_.count(id)) lostMembers.push_back(id);
-    nodes_.erase(it);
+    eraseNode(it);
   }
   if (phase_ == Phase::kClosed) return;
   if (phase_ == Phase::kRunning && !lostMembers.empty()) {
@@ -380,13 +380,26 @@ std::optional<Micros> RendezvousState::nextDeadline() const {
   return next;
 }
 
-int RendezvousState::presentCount() const {
-  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [](const auto& n) { return !n.second.leaving; }));
+int RendezvousState::presentCount() const { return static_cast<int>(nodes_.size()) - leavingCount_; }
+
+void RendezvousState::setLeaving(Node& node) {
+  if (!node.leaving) ++leavingCount_;
+  node.leaving = true;
 }
 
-bool RendezvousState::anyStopping() const {
-  return std::any_of(nodes_.begin(), nodes_.end(), [](const auto& n) { return n.second.stoppingRound != 0; });
+void RendezvousState::setStopping(Node& node, uint64_t round) {
+  stoppingCount_ += (round != 0) - (node.stoppingRound != 0);
+  node.stoppingRound = round;
 }
+
+std::map<std::string, RendezvousState::Node>::iterator RendezvousState::eraseNode(
+    std::map<std::string, Node>::iterator it) {
+  if (it->second.leaving) --leavingCount_;
+  if (it->second.stoppingRound != 0) --stoppingCount_;
+  return nodes_.erase(it);
+}
+
+bool RendezvousState::anyStopping() const { return stoppingCount_ > 0; }
 
 void RendezvousState::maybeCloseGathering(Micros now, std::vector<Notice>* out) {
   const int present = presentCount();
@@ -472,7 +485,7 @@ void RendezvousState::interruptRound(const std::string& reason, Micros now, std:
     Node& node = it->second;
     // A member whose workers all succeeded has none left to stop.
     if (node.info.reportsStopped && !succeededMembers_.count(id)) {
-      node.stoppingRound = round_;
+      setStopping(node, round_);
       node.stoppingSince = now;
     }
     if (!node.leaving) out->push_back(Notice{id, RoundInterruption{round_, reason}});

@@ -207,6 +207,9 @@ class RendezvousState {
   void interruptRound(const std::string& reason, Micros now, std::vector<Notice>* out);
   // Nodes that are in the job and not leaving.
   int presentCount() const;
+  void setLeaving(Node& node);
+  void setStopping(Node& node, uint64_t round);
+  std::map<std::string, Node>::iterator eraseNode(std::map<std::string, Node>::iterator it);
   // Whether a node's workers of an interrupted round may still run.
   bool anyStopping() const;
   void closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out,
@@ -220,7 +223,12 @@ class RendezvousState {
   std::string runId_;
   RendezvousRules rules_;
   Phase phase_ = Phase::kGathering;
+  // Changed only through setLeaving(), setStopping() and eraseNode(), which keep the two counts
+  // below: presentCount() and anyStopping() are asked on every Join, and a walk over nodes_ there
+  // made a gathering of N nodes O(N^2) (bench/RESULTS_MULTINODE.md, finding 1).
   std::map<std::string, Node> nodes_;
+  int leavingCount_ = 0;   // nodes with leaving set
+  int stoppingCount_ = 0;  // nodes with a stoppingRound
   std::vector<std::string> members_;
   std::set<std::string> succeededMembers_;  // members of the running round that reported success
   bool finishAnnounced_ = false;             // the running round's first RankFinished was told
