@@ -75,8 +75,7 @@ RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
   RendezvousState state(s.runId, s.rules, now);
   state.phase_ = s.phase;
   for (const auto& n : s.nodes) {
-    Node& node = state.nodes_[n.info.nodeId];
-    node.info = n.info;
+    Node& node = state.addNode(n.info);
     node.lastSeen = now;
     node.joinSeq = n.joinSeq;
     node.groupRank = n.groupRank;
@@ -138,17 +137,12 @@ std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
     out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode, "node id '" + node.nodeId + "' is already in the job", true));
     return out;
   }
-  if (node.nodeRank >= 0) {
-    for (const auto& [id, other] : nodes_) {
-      if (other.info.nodeRank == node.nodeRank) {
-        out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode,
-                             "node rank " + std::to_string(node.nodeRank) + " is already taken by " + id, true));
-        return out;
-      }
-    }
+  if (auto taken = byNodeRank_.find(node.nodeRank); node.nodeRank >= 0 && taken != byNodeRank_.end()) {
+    out.push_back(reject(node.nodeId, RejectCode::kDuplicateNode,
+                         "node rank " + std::to_string(node.nodeRank) + " is already taken by " + taken->second, true));
+    return out;
   }
-  Node& added = nodes_[node.nodeId];
-  added.info = node;
+  Node& added = addNode(node);
   added.lastSeen = now;
   added.joinSeq = nextJoinSeq_++;
 
@@ -382,6 +376,13 @@ std::optional<Micros> RendezvousState::nextDeadline() const {
 
 int RendezvousState::presentCount() const { return static_cast<int>(nodes_.size()) - leavingCount_; }
 
+RendezvousState::Node& RendezvousState::addNode(const NodeInfo& info) {
+  Node& node = nodes_[info.nodeId];
+  node.info = info;
+  if (info.nodeRank >= 0) byNodeRank_[info.nodeRank] = info.nodeId;
+  return node;
+}
+
 void RendezvousState::setLeaving(Node& node) {
   if (!node.leaving) ++leavingCount_;
   node.leaving = true;
@@ -396,6 +397,7 @@ std::map<std::string, RendezvousState::Node>::iterator RendezvousState::eraseNod
     std::map<std::string, Node>::iterator it) {
   if (it->second.leaving) --leavingCount_;
   if (it->second.stoppingRound != 0) --stoppingCount_;
+  if (it->second.info.nodeRank >= 0) byNodeRank_.erase(it->second.info.nodeRank);
   return nodes_.erase(it);
 }
 

@@ -207,6 +207,7 @@ class RendezvousState {
   void interruptRound(const std::string& reason, Micros now, std::vector<Notice>* out);
   // Nodes that are in the job and not leaving.
   int presentCount() const;
+  Node& addNode(const NodeInfo& info);
   void setLeaving(Node& node);
   void setStopping(Node& node, uint64_t round);
   std::map<std::string, Node>::iterator eraseNode(std::map<std::string, Node>::iterator it);
@@ -223,12 +224,14 @@ class RendezvousState {
   std::string runId_;
   RendezvousRules rules_;
   Phase phase_ = Phase::kGathering;
-  // Changed only through setLeaving(), setStopping() and eraseNode(), which keep the two counts
-  // below: presentCount() and anyStopping() are asked on every Join, and a walk over nodes_ there
-  // made a gathering of N nodes O(N^2) (bench/RESULTS_MULTINODE.md, finding 1).
+  // Changed only through addNode(), setLeaving(), setStopping() and eraseNode(), which keep the
+  // counts and the index below: presentCount(), anyStopping() and the taken node ranks are asked
+  // on every Join, and a walk over nodes_ there made a gathering of N nodes O(N^2)
+  // (bench/RESULTS_MULTINODE.md, finding 1).
   std::map<std::string, Node> nodes_;
   int leavingCount_ = 0;   // nodes with leaving set
   int stoppingCount_ = 0;  // nodes with a stoppingRound
+  std::map<int, std::string> byNodeRank_;  // static node ranks taken (NodeInfo::nodeRank >= 0)
   std::vector<std::string> members_;
   std::set<std::string> succeededMembers_;  // members of the running round that reported success
   bool finishAnnounced_ = false;             // the running round's first RankFinished was told

@@ -391,6 +391,20 @@ TEST_CASE("duplicate node id: refused while the first is alive, accepted after i
   }
 }
 
+TEST_CASE("static mode: a rank is free again once its node left, and a restored state still knows it taken",
+          "[rendezvous]") {
+  RendezvousState s("job", rules(3, 3), sec(0));
+  CHECK(join(s, "x", sec(1), 1, 2).empty());
+  CHECK(render(join(s, "z", sec(2), 1, 2)) == Lines{rejected("z", RejectCode::kDuplicateNode, true)});
+  CHECK(s.leave("x", "stopped", sec(3)).empty());
+  CHECK(join(s, "z", sec(4), 1, 2).empty());  // rank 2 was freed with x
+  auto restored = RendezvousState::restore(s.snapshot(sec(5)), sec(5));
+  auto taken = restored.join(nodeInfo("w", 1, 2), sec(6));
+  CHECK(render(taken) == Lines{rejected("w", RejectCode::kDuplicateNode, true)});
+  CHECK_THAT(textFor(taken, "w"), Contains("taken by z"));
+  CHECK(restored.join(nodeInfo("v", 1, 0), sec(7)).empty());
+}
+
 TEST_CASE("static mode: node_rank is the group rank, and a taken rank is refused", "[rendezvous]") {
   RendezvousState s("job", rules(3, 3), sec(0));
   CHECK(join(s, "x", sec(1), 1, 2).empty());
