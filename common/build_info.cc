@@ -14,7 +14,7 @@ std::string versionText(std::string_view binary, const std::vector<std::string>&
                                  DDPRUN_GIT_COMMIT, DDPRUN_BUILD_TYPE);
   for (std::size_t i = 0; i < links.size(); ++i) text += (i ? ", " : "") + links[i];
   if (links.empty()) text += "nothing but the C library";
-  return text + "\n";
+  return text;
 }
 
 std::vector<std::string> loggingLinks() {

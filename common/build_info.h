@@ -9,7 +9,7 @@
 
 namespace ddprun {
 
-// "NAME VERSION\ncommit: ...\nbuild: ...\nlinks: A, B, ...\n".
+// "NAME VERSION\ncommit: ...\nbuild: ...\nlinks: A, B, ..." (no final line end: CLI11 adds it).
 std::string versionText(std::string_view binary, const std::vector<std::string>& links);
 
 // spdlog and fmt, as this build has them ("spdlog 1.10.0 (shared)" or "(compiled in)").

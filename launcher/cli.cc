@@ -192,14 +192,12 @@ ParseResult exitWith(int status) {
 
 }  // namespace
 
-ParseResult parseCommandLine(int argc, const char* const* argv, const std::string& versionText) {
+ParseResult parseCommandLine(int argc, const char* const* argv, const VersionText& versionText) {
   CLI::App app{"ddprun: start one worker process per GPU (or CPU slot) with torchrun's environment, supervise\n"
                "them, restart them on failure, and leave nothing behind.\n\n"
                "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (PROGRAM.py and -m MODULE run under $PYTHON_EXEC -u)",
                "ddprun"};
-  // CLI11 adds the line end.
-  std::string version = versionText.ends_with('\n') ? versionText.substr(0, versionText.size() - 1) : versionText;
-  app.set_version_flag("--version", [version] { return version; });
+  app.set_version_flag("--version", versionText ? versionText : VersionText([] { return std::string("ddprun"); }));
   app.get_formatter()->column_width(40);
   FlagValues flags;
   registerFlags(app, flags);

@@ -1,6 +1,7 @@
 // ddprun's command line: torchrun's flags in both spellings, PET_<FLAG> environment defaults.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "launcher/launch_config.h"
@@ -15,7 +16,11 @@ struct ParseResult {
 
 // Parses and validates argv. Errors are printed as one line to stderr (exit status 2); --help and
 // --version print to stdout. `environ` supplies PET_* and PYTHON_EXEC; nothing is started.
-// versionText: what --version prints (common/build_info.h); each binary says what it links.
-ParseResult parseCommandLine(int argc, const char* const* argv, const std::string& versionText = "ddprun");
+// What --version prints (common/build_info.h): each binary says what it links. A function, so that
+// a launch that does not ask for it does not pay for composing it.
+using VersionText = std::function<std::string()>;
+
+// versionText: none prints "ddprun".
+ParseResult parseCommandLine(int argc, const char* const* argv, const VersionText& versionText = {});
 
 }  // namespace ddprun

@@ -243,7 +243,7 @@ int execMultiNode(char** argv) {
 
 }  // namespace
 
-int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode, const std::string& versionText) {
+int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode, const VersionText& versionText) {
   auto parsed = parseCommandLine(argc, argv, versionText);
   if (parsed.kind == ParseResult::Kind::kExit) return parsed.exitStatus;
   try {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/cli.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/client/rendezvous.h"
 
@@ -42,7 +43,7 @@ int launch(const LaunchConfig& config, const MultiNodeStarter& startMultiNode);
 // The whole command: parse, then dry run, launch, or (multi-node without a starter) exec the
 // sibling ddprun-multinode. Maps errors to exit statuses (2 bad input, 1 otherwise).
 // versionText: what --version prints (common/build_info.h).
-int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode, const std::string& versionText);
+int launcherMain(int argc, char** argv, const MultiNodeStarter& startMultiNode, const VersionText& versionText);
 
 // --dry_run: prints the rank map and each worker's environment to stdout; starts nothing.
 int printDryRun(const LaunchConfig& config);

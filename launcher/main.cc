@@ -4,9 +4,11 @@
 #include "launcher/launch.h"
 
 int main(int argc, char** argv) {
-  auto links = ddprun::loggingLinks();
-  links.push_back(ddprun::boostLink());
-  links.push_back(ddprun::cxxRuntimeLink());
-  links.push_back("no gRPC (multi-node jobs run ddprun-multinode, beside it)");
-  return ddprun::launcherMain(argc, argv, nullptr, ddprun::versionText("ddprun", links));
+  return ddprun::launcherMain(argc, argv, nullptr, [] {
+    auto links = ddprun::loggingLinks();
+    links.push_back(ddprun::boostLink());
+    links.push_back(ddprun::cxxRuntimeLink());
+    links.push_back("no gRPC (multi-node jobs run ddprun-multinode, beside it)");
+    return ddprun::versionText("ddprun", links);
+  });
 }

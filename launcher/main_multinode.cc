@@ -7,9 +7,11 @@
 #include "rpc/grpc_runtime.h"
 
 int main(int argc, char** argv) {
-  auto links = ddprun::grpcLinks(DDPRUN_GRPC_COMPILED_IN);
-  for (auto& link : ddprun::loggingLinks()) links.push_back(link);
-  links.push_back(ddprun::boostLink());
-  links.push_back(ddprun::cxxRuntimeLink());
-  return ddprun::launcherMain(argc, argv, ddprun::startMultiNode, ddprun::versionText("ddprun-multinode", links));
+  return ddprun::launcherMain(argc, argv, ddprun::startMultiNode, [] {
+    auto links = ddprun::grpcLinks(DDPRUN_GRPC_COMPILED_IN);
+    for (auto& link : ddprun::loggingLinks()) links.push_back(link);
+    links.push_back(ddprun::boostLink());
+    links.push_back(ddprun::cxxRuntimeLink());
+    return ddprun::versionText("ddprun-multinode", links);
+  });
 }

@@ -21,9 +21,7 @@ int main(int argc, char** argv) {
     auto links = ddprun::grpcLinks(DDPRUN_GRPC_COMPILED_IN);
     for (auto& link : ddprun::loggingLinks()) links.push_back(link);
     links.push_back(ddprun::cxxRuntimeLink());
-    std::string text = ddprun::versionText("ddprun-rdzv", links);
-    text.pop_back();  // CLI11 adds the line end
-    return text;
+    return ddprun::versionText("ddprun-rdzv", links);
   });
   int port = 29400;
   std::string bind = "127.0.0.1";
