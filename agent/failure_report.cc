@@ -1,7 +1,5 @@
 #include "agent/failure_report.h"
 
-#include <fmt/core.h>
-
 #include <cstring>
 #include <ctime>
 #include <sstream>
@@ -23,8 +21,7 @@ std::string formatTime(std::chrono::system_clock::time_point t) {
 std::string describeExit(const WorkerExit& e) {
   if (!e.spawnError.empty()) return "127 (could not start: " + e.spawnError + ")";
   if (!e.hangNote.empty()) return "124 (hung: " + e.hangNote + ")";
-  // Not "-" + std::to_string(...): GCC 12 at -O3 warns falsely on it (-Wrestrict, GCC bug 105651).
-  if (e.signal != 0) return fmt::format("-{} ({})", e.signal, signalName(e.signal));
+  if (e.signal != 0) return "-" + std::to_string(e.signal) + " (" + signalName(e.signal) + ")";
   return std::to_string(e.exitCode);
 }
 
