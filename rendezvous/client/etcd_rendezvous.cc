@@ -527,7 +527,9 @@ class EtcdRendezvous final : public Rendezvous {
           return;
         }
         spdlog::warn("rendezvous (etcd): refused node {}: {}", id, refused->message);
-        out.append(Effects{{Notice{id, *refused}}, {}, false});
+        Effects refusal;
+        refusal.notices.push_back(Notice{id, *refused});
+        out.append(std::move(refusal));
         return;
       }
       out.append(host.join(std::get<Admitted>(admission), now));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rendezvous/rules/admission.h"
+#include "rendezvous/rules/job_event.h"
 #include "rendezvous/rules/job_health.h"
 #include "rendezvous/rules/state_machine.h"
 #include "rendezvous/rules/worker_failure.h"
@@ -67,8 +68,12 @@ struct Effects {
   // round before it can be dropped.
   std::vector<uint64_t> roundsStarted;
   bool jobEnded = false;  // a JobEnd is among the notices: the last round's store can go
+  // What happened, in order, numbered by the job (job_event.h): for metrics and the status call.
+  std::vector<JobEvent> events;
+  // A heartbeat's gap since the node's previous message (the heartbeat lag metric).
+  std::optional<Micros> heartbeatGap;
 
-  bool empty() const { return notices.empty() && roundsStarted.empty() && !jobEnded; }
+  bool empty() const { return notices.empty() && roundsStarted.empty() && !jobEnded && events.empty(); }
   void append(Effects more);
 };
 
@@ -90,8 +95,23 @@ class RulesHost {
 
   const RendezvousState& state() const { return state_; }
   const std::string& runId() const { return runId_; }
+  // The job's newest failure event (a worker failure, a node lost, fenced or excluded, a failed
+  // end), for the status call; nullopt while there was none.
+  const std::optional<JobEvent>& lastFailure() const { return lastFailure_; }
+  // The number of the job's newest event (0: none yet).
+  uint64_t lastSeq() const { return nextSeq_ - 1; }
 
  private:
+  // What the events of one call are derived from: the state before it, and what the call was.
+  struct Before {
+    RendezvousState::Phase phase;
+    uint64_t round;
+    int restartCount;
+  };
+  Before before() const { return {state_.phase(), state_.round(), state_.restartCount()}; }
+  // Appends the events that `fx` and the change since `b` mean, numbered; `first` are the call's
+  // own (a join, a failure, a leave), `cause` what an interruption of the round is put down to.
+  void addEvents(const Before& b, std::vector<JobEvent> first, EventCause cause, Micros now, Effects* fx);
   Effects effectsOf(std::vector<Notice> notices) const;
   // The job-wide health view, to the members that report theirs.
   void tell(const std::optional<JobHealthTold>& told, Effects* fx) const;
@@ -99,6 +119,9 @@ class RulesHost {
   std::string runId_;
   RendezvousState state_;
   JobHealth health_;
+  uint64_t nextSeq_ = 1;
+  Micros gatheringSince_{0};  // when the gathering of the next round began (its formation time)
+  std::optional<JobEvent> lastFailure_;
 };
 
 }  // namespace ddprun

@@ -374,6 +374,21 @@ std::optional<Micros> RendezvousState::nextDeadline() const {
   return next;
 }
 
+std::vector<RendezvousState::NodeStatus> RendezvousState::nodeStatus(std::size_t limit) const {
+  std::vector<NodeStatus> out;
+  for (const auto& [id, node] : nodes_) {
+    if (out.size() >= limit) break;
+    out.push_back({id, node.info.host, node.groupRank, node.lastSeen, node.leaving, node.stoppingRound != 0});
+  }
+  return out;
+}
+
+std::optional<Micros> RendezvousState::lastSeen(const std::string& nodeId) const {
+  auto it = nodes_.find(nodeId);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second.lastSeen;
+}
+
 int RendezvousState::presentCount() const { return static_cast<int>(nodes_.size()) - leavingCount_; }
 
 RendezvousState::Node& RendezvousState::addNode(const NodeInfo& info) {

@@ -179,8 +179,28 @@ class RendezvousState {
   int restartCount() const { return restartCount_; }
   bool isCurrentRound(uint64_t round) const { return phase_ == Phase::kRunning && round == round_; }
   bool hasNode(const std::string& nodeId) const { return nodes_.count(nodeId) != 0; }
+  // In the job and not leaving: a candidate for the next round.
+  bool isPresent(const std::string& nodeId) const {
+    auto it = nodes_.find(nodeId);
+    return it != nodes_.end() && !it->second.leaving;
+  }
   // Members of the running (or last) round, by group rank.
   const std::vector<std::string>& members() const { return members_; }
+
+  // What the status call shows of a node (read-only; no rule depends on it).
+  struct NodeStatus {
+    std::string nodeId;
+    std::string host;
+    int groupRank = -1;     // in the running round; -1: standing by or gathering
+    Micros lastSeen{0};     // its last message, on this state's clock
+    bool leaving = false;   // said it leaves, waits for its workers to stop
+    bool stopping = false;  // an interrupted round's workers may still run there
+  };
+  // At most `limit` nodes, by node id; nodeCount() says how many there are.
+  std::vector<NodeStatus> nodeStatus(std::size_t limit) const;
+  std::size_t nodeCount() const { return nodes_.size(); }
+  // When the node was last heard from; nullopt when it is not in the job.
+  std::optional<Micros> lastSeen(const std::string& nodeId) const;
 
   // Rules that a Join may carry; nullopt when valid, else the reason.
   static std::optional<std::string> validateRules(const RendezvousRules& rules);
