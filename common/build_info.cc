@@ -17,6 +17,8 @@ std::string versionText(std::string_view binary, const std::vector<std::string>&
   return text;
 }
 
+std::string_view ddprunVersion() { return DDPRUN_VERSION_STRING; }
+
 std::vector<std::string> loggingLinks() {
 #ifdef SPDLOG_COMPILED_LIB
   const char* spdlogHow = "shared";

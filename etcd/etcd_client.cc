@@ -314,6 +314,14 @@ int64_t EtcdClient::grantLease(std::chrono::seconds ttl) {
   return resp.id();
 }
 
+int64_t EtcdClient::leaseTimeToLive(int64_t id) {
+  etcdserverpb::LeaseTimeToLiveRequest req;
+  req.set_id(id);
+  etcdserverpb::LeaseTimeToLiveResponse resp;
+  call("lease time to live", [&](Member& m, grpc::ClientContext& c) { return m.lease->LeaseTimeToLive(&c, req, &resp); });
+  return resp.ttl();
+}
+
 void EtcdClient::revokeLease(int64_t id) {
   etcdserverpb::LeaseRevokeRequest req;
   req.set_id(id);

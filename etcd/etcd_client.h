@@ -91,6 +91,8 @@ class EtcdClient {
   void revokeLease(int64_t id);
   // Renews it once; returns the remaining TTL in seconds, 0 when the lease is gone (expired).
   int64_t keepAliveOnce(int64_t id);
+  // Seconds the lease has left; -1 when it expired or never existed.
+  int64_t leaseTimeToLive(int64_t id);
 
   // The owner stops: every call in flight is cancelled, and it and every later call (of any
   // thread) fail at once with ClosedError instead of retrying for up to retryTimeout. Watches are

@@ -148,7 +148,9 @@ class ConnectionListener::Impl {
 
   ConnectionListenerStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    ConnectionListenerStats s = stats_;
+    s.open = handed_.size();
+    return s;
   }
 
   std::string peerAddress(const std::string& grpcPeer) const {

@@ -49,6 +49,7 @@ struct ConnectionListenerStats {
   uint64_t closedForAbuse = 0;  // broke the call limits (AbuseLimits): closed by admitCall
   uint64_t refusedPenalized = 0;  // closed at once: their address abused the server lately
   uint64_t relayCutForAbuse = 0;  // relayed connections cut for their frames (streams, control)
+  uint64_t open = 0;              // connections handed to gRPC and not closed yet (a gauge)
 };
 
 class ConnectionListener {

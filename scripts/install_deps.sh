@@ -8,8 +8,10 @@ packages=(
   libboost1.81-dev libboost-filesystem1.81-dev libboost-system1.81-dev libboost-json1.81-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
+  prometheus-cpp-dev libcivetweb-dev  # the metrics port (metrics/): prometheus-cpp's core, civetweb's HTTP server
   python3-torch iproute2 procps iptables
   slurm-client  # scontrol: the oracle for Slurm hostlist expansion in the tests
+  prometheus  # promtool and a real Prometheus server, to check the metrics port in the tests
   # A real one-node Slurm that tests/integration/test_slurm_cluster.py starts under a temp dir
   # (scripts/slurm_cluster.py); without systemd (CI) the packages start no service by themselves.
   munge slurmctld slurmd

@@ -10,6 +10,54 @@
 
 namespace ddprun {
 
+const char* storeOpName(StoreOp op) {
+  switch (op) {
+    case StoreOp::kSet: return "set";
+    case StoreOp::kGet: return "get";
+    case StoreOp::kAdd: return "add";
+    case StoreOp::kCompareSet: return "compare_set";
+    case StoreOp::kCheck: return "check";
+    case StoreOp::kDelete: return "delete";
+    case StoreOp::kNumKeys: return "num_keys";
+    case StoreOp::kWait: return "wait";
+    case StoreOp::kCount: break;
+  }
+  return "unknown";
+}
+
+// Counts one call and its time, whichever way it leaves (a refusal counts too).
+class RunScopedStore::OpTimer {
+ public:
+  OpTimer(const RunScopedStore& store, StoreOp op)
+      : store_(store), op_(static_cast<std::size_t>(op)), start_(Clock::now()) {}
+  ~OpTimer() {
+    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count();
+    store_.opCount_[op_].fetch_add(1, std::memory_order_relaxed);
+    store_.opNanos_[op_].fetch_add(static_cast<uint64_t>(took), std::memory_order_relaxed);
+  }
+
+ private:
+  const RunScopedStore& store_;
+  std::size_t op_;
+  Clock::time_point start_;
+};
+
+RunScopedStore::Stats RunScopedStore::stats() const {
+  Stats s;
+  {
+    std::lock_guard lock(mutex_);
+    s.keys = totalKeys_;
+    s.bytes = totalBytes_;
+    s.runs = runs_.size();
+    s.waits = waiters_.size();
+  }
+  for (std::size_t i = 0; i < s.operations.size(); ++i) {
+    s.operations[i] = opCount_[i].load(std::memory_order_relaxed);
+    s.nanos[i] = opNanos_[i].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
 namespace {
 
 // The key cut and escaped, as every message naming a key: it is the client's bytes.
@@ -42,6 +90,7 @@ std::optional<int64_t> parseCounter(const std::string& text) {
 RunScopedStore::RunScopedStore(RunScopedStoreOptions options) : options_(options) {}
 
 void RunScopedStore::set(const StoreScope& scope, const std::string& key, std::string value) {
+  OpTimer timer(*this, StoreOp::kSet);
   validateScope(scope);
   validateStoreKey(key);
   validateStoreValue(key, value);
@@ -57,6 +106,7 @@ void RunScopedStore::set(const StoreScope& scope, const std::string& key, std::s
 }
 
 std::optional<std::string> RunScopedStore::get(const StoreScope& scope, const std::string& key) const {
+  OpTimer timer(*this, StoreOp::kGet);
   validateScope(scope);
   validateStoreKey(key);
   std::lock_guard lock(mutex_);
@@ -69,6 +119,7 @@ std::optional<std::string> RunScopedStore::get(const StoreScope& scope, const st
 }
 
 int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int64_t delta) {
+  OpTimer timer(*this, StoreOp::kAdd);
   validateScope(scope);
   validateStoreKey(key);
   Completions done;
@@ -97,6 +148,7 @@ int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int
 
 std::string RunScopedStore::compareSet(const StoreScope& scope, const std::string& key,
                                     const std::string& expected, std::string desired) {
+  OpTimer timer(*this, StoreOp::kCompareSet);
   validateScope(scope);
   validateStoreKey(key);
   validateStoreValue(key, expected);
@@ -124,6 +176,7 @@ std::string RunScopedStore::compareSet(const StoreScope& scope, const std::strin
 }
 
 bool RunScopedStore::check(const StoreScope& scope, const std::vector<std::string>& keys) const {
+  OpTimer timer(*this, StoreOp::kCheck);
   return missing(scope, keys).empty();
 }
 
@@ -142,6 +195,7 @@ std::vector<std::string> RunScopedStore::missing(const StoreScope& scope,
 }
 
 bool RunScopedStore::deleteKey(const StoreScope& scope, const std::string& key) {
+  OpTimer timer(*this, StoreOp::kDelete);
   validateScope(scope);
   validateStoreKey(key);
   std::lock_guard lock(mutex_);
@@ -163,6 +217,7 @@ bool RunScopedStore::deleteKey(const StoreScope& scope, const std::string& key) 
 }
 
 int64_t RunScopedStore::numKeys(const StoreScope& scope) const {
+  OpTimer timer(*this, StoreOp::kNumKeys);
   validateScope(scope);
   std::lock_guard lock(mutex_);
   checkOpen();
@@ -173,6 +228,7 @@ int64_t RunScopedStore::numKeys(const StoreScope& scope) const {
 std::optional<RunScopedStore::WaitId> RunScopedStore::waitAsync(const StoreScope& scope,
                                                           std::vector<std::string> keys,
                                                           TimePoint deadline, WaitCallback callback) {
+  OpTimer timer(*this, StoreOp::kWait);
   validateScope(scope);
   validateKeys(keys);
   DDPRUN_CHECK(callback != nullptr, "waitAsync needs a callback");

@@ -8,6 +8,9 @@
 // expire()/nextDeadline(), so tests use a fake time and the service a small timer thread.
 #pragma once
 
+#include <array>
+#include <atomic>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -45,8 +48,25 @@ struct RunScopedStoreOptions {
   std::size_t maxKeysTotal = 1000000;
 };
 
+// The store's operations, as its metrics count them (ddprun_store_operations_total{op}).
+enum class StoreOp { kSet, kGet, kAdd, kCompareSet, kCheck, kDelete, kNumKeys, kWait, kCount };
+const char* storeOpName(StoreOp op);
+
 class RunScopedStore {
  public:
+  // What the store holds and has done, for the daemon's metrics: a snapshot, cheap to take.
+  struct Stats {
+    std::size_t keys = 0;
+    std::size_t bytes = 0;
+    std::size_t runs = 0;
+    std::size_t waits = 0;  // pending
+    // By StoreOp: calls, and the time they spent in the store (under its lock and around it, not
+    // in gRPC): rate(seconds) / rate(calls) is the store's own latency per call.
+    std::array<uint64_t, static_cast<std::size_t>(StoreOp::kCount)> operations{};
+    std::array<uint64_t, static_cast<std::size_t>(StoreOp::kCount)> nanos{};
+  };
+  Stats stats() const;
+
   using Clock = std::chrono::steady_clock;
   using TimePoint = Clock::time_point;
   using WaitId = uint64_t;
@@ -150,6 +170,10 @@ class RunScopedStore {
   std::set<std::pair<TimePoint, WaitId>> deadlines_;
   WaitId nextWaitId_ = 1;
   bool closed_ = false;
+  // Stats::operations and nanos, counted outside the lock.
+  class OpTimer;
+  mutable std::array<std::atomic<uint64_t>, static_cast<std::size_t>(StoreOp::kCount)> opCount_{};
+  mutable std::array<std::atomic<uint64_t>, static_cast<std::size_t>(StoreOp::kCount)> opNanos_{};
 };
 
 }  // namespace ddprun

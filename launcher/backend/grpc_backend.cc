@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/build_info.h"
 #include "common/error.h"
 #include "common/net.h"
 #include "common/token_file.h"
@@ -49,6 +50,7 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   serverOptions.port = cfg.endpointPort;
   serverOptions.token = token;
   serverOptions.guard = guardFromEnvironment();
+  serverOptions.serverName = "agent-hosted, ddprun " + std::string(ddprunVersion());
   std::unique_ptr<HostedServer> server;
   if (placement.host.value_or(false)) {
     server = std::make_unique<HostedServer>(serverOptions);

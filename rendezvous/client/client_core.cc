@@ -37,6 +37,8 @@ ClientCore::ClientCore(Post post, std::chrono::microseconds heartbeatTimeout)
       rejoinWindow_(2 * std::chrono::duration_cast<std::chrono::milliseconds>(heartbeatTimeout)) {}
 
 ClientCore::Delivered ClientCore::deliver(const pb::ServerMessage& msg, const std::string& storeAddr) {
+  // Before the notice is posted: the agent that handles it reads at least its number.
+  if (msg.event_seq() > eventSeq_.load(std::memory_order_relaxed)) eventSeq_.store(msg.event_seq(), std::memory_order_relaxed);
   switch (msg.kind_case()) {
     case pb::ServerMessage::kRoundAssigned: {
       RoundInfo info = roundInfoOf(msg.round_assigned(), storeAddr);

@@ -66,6 +66,8 @@ class ClientCore {
   // The round this node runs in (0 before the first).
   uint64_t round() const { return round_.load(); }
   bool closed() const { return closed_.load(); }
+  // Rendezvous::lastEventSeq.
+  uint64_t lastEventSeq() const { return eventSeq_.load(std::memory_order_relaxed); }
 
   // What deliver() did with a notice.
   enum class Delivered { kRound, kInterrupted, kClosed, kWarning, kRefused, kOther };
@@ -96,6 +98,7 @@ class ClientCore {
   std::atomic<uint64_t> round_{0};
   std::atomic<uint64_t> fencedThrough_{0};
   std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> eventSeq_{0};  // written by the one thread that delivers
 };
 
 }  // namespace ddprun

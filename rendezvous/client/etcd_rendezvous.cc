@@ -133,6 +133,7 @@ class EtcdRendezvous final : public Rendezvous {
   // As the gRPC backend's: also true for the running round once etcd has been silent past the
   // agent's fence deadline, even before the renewal thread (maybe stuck in a call that waits for
   // its own deadline) has noticed: a worker the watchdog killed then is fenced, not a failure.
+  uint64_t lastEventSeq() const override { return core_.lastEventSeq(); }
   bool fenced(uint64_t round) const override {
     return core_.fenced(round, lastRenewalDue(SteadyClock::now()));
   }
@@ -557,6 +558,9 @@ class EtcdRendezvous final : public Rendezvous {
   // Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
   // node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
   bool write(const RendezvousState& state, const Effects& effects, const std::vector<std::string>& applied) {
+    // This driver's events (a successor numbers its own from 1: docs/etcd.md).
+    if (!effects.events.empty()) lastEventSeq_ = effects.events.back().seq;
+    const uint64_t eventSeq = lastEventSeq_;
     etcdserverpb::TxnRequest t;
     auto* cmp = t.add_compare();
     cmp->set_key(rdzv_ + "driver");
@@ -566,7 +570,7 @@ class EtcdRendezvous final : public Rendezvous {
     for (const auto& n : effects.notices) {
       auto* put = t.add_success()->mutable_request_put();
       put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
-      put->set_value(toProto(o_.runId, n, false).SerializeAsString());
+      put->set_value(toProto(o_.runId, n, false, state, eventSeq).SerializeAsString());
       put->set_lease(jobLease_);
     }
     const uint64_t latestRound = effects.roundsStarted.empty() ? 0 : effects.roundsStarted.back();
@@ -619,6 +623,7 @@ class EtcdRendezvous final : public Rendezvous {
   std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again
   std::atomic<uint64_t> eventSeq_{0};
   uint64_t noticeSeq_ = 0;
+  uint64_t lastEventSeq_ = 0;  // the newest event of this driver's writes (notices carry it)
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -105,6 +105,7 @@ class GrpcRendezvous final : public Rendezvous {
   // contact: staleness is read first, so a worker killed while the contact was stale is seen as
   // fenced even if an answer arrived since.
   bool fenced(uint64_t round) const override { return core_.fenced(round, fencingDue(SteadyClock::now())); }
+  uint64_t lastEventSeq() const override { return core_.lastEventSeq(); }
 
   void leave() override {
     leaving_ = true;

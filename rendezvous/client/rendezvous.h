@@ -73,6 +73,9 @@ class Rendezvous {
     (void)round;
     return false;
   }
+  // The job's newest event number this node has heard of (rendezvous/rules/job_event.h), at
+  // least that of every notice delivered so far: the order of its timeline. Any thread.
+  virtual uint64_t lastEventSeq() const { return 0; }
 };
 
 }  // namespace ddprun

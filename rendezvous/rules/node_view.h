@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/exit_codes.h"
 #include "rendezvous/rules/worker_failure.h"
@@ -24,6 +25,8 @@ struct RoundInfo {
   int masterPort = 0;
   std::string storeAddr;     // ddprun's store for workers, empty when the backend has none
   std::string storePrefix;
+  // The round's nodes by group rank, when the rendezvous says (rounds of at most 64 nodes).
+  std::vector<std::string> members;
 };
 
 enum class JobOutcome { kSucceeded, kFailed };

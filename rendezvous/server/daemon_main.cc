@@ -12,10 +12,14 @@
 #include "common/logging.h"
 #include "common/strings.h"
 #include "common/token_file.h"
+#include "rendezvous/client/status_command.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rpc/grpc_runtime.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "status") {
+    return ddprun::statusCommand(std::vector<std::string>(argv + 2, argv + argc));
+  }
   CLI::App app{"ddprun-rdzv: the standalone rendezvous and store server for ddprun jobs", "ddprun-rdzv"};
   app.set_version_flag("--version", [] {
     auto links = ddprun::grpcLinks(DDPRUN_GRPC_COMPILED_IN);
@@ -72,6 +76,12 @@ int main(int argc, char** argv) {
   app.add_option("--max_streams_per_connection,--max-streams-per-connection", options.maxStreamsPerConnection,
                  "Streams open at once on one connection (HTTP/2 MAX_CONCURRENT_STREAMS; default 100)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--metrics_port,--metrics-port", options.metrics.port,
+                 "Serve Prometheus metrics and the /healthz, /readyz probes on this port (0: any free port, "
+                 "printed at start; default: none). README \"Metrics\"")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics_bind,--metrics-bind", options.metrics.bindAddress,
+                 "Address of the metrics port (default 127.0.0.1; a Kubernetes probe needs the pod address)");
   std::size_t memoryQuotaMiB = 1024;
   app.add_option("--grpc_memory_quota,--grpc-memory-quota", memoryQuotaMiB,
                  "MiB of memory gRPC may use for connections and calls (grpc::ResourceQuota; default 1024)")
@@ -108,8 +118,10 @@ int main(int argc, char** argv) {
     options.port = port;
     options.token = token;
     options.jobIdleTimeout = std::chrono::milliseconds(static_cast<int64_t>(jobIdleSeconds * 1000));
+    options.serverName = "ddprun-rdzv " + std::string(ddprun::ddprunVersion());
     ddprun::RendezvousServer server(options);
     std::cout << "ddprun-rdzv listening on " << server.address() << std::endl;
+    if (!server.metricsAddress().empty()) std::cout << "ddprun-rdzv metrics on " << server.metricsAddress() << std::endl;
     int sig = 0;
     sigwait(&stopSignals, &sig);
     spdlog::info("received signal {}: shutting down", sig);

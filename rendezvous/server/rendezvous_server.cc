@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "netguard/connection_listener.h"
 #include "rpc/grpc_runtime.h"
 #include "rpc/grpc_util.h"
+#include "rendezvous/server/daemon_metrics.h"
 #include "rendezvous/server/rendezvous_service.h"
 #include "store/store_service.h"
 
@@ -58,13 +60,28 @@ class RendezvousServer::Impl {
     spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter)",
                   listen.relay ? "on" : "off");
     port_ = listener_->port();
-    rendezvous_ = std::make_unique<RendezvousService>(RendezvousServiceOptions{
-        options_.token,
-        [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); },
-        [this](const std::string& runId) { store_->store().dropRun(runId); },
-        options_.jobIdleTimeout, options_.requireHostMatch,
-        [this](const std::string& grpcPeer) { return listener_->peerAddress(grpcPeer); },
-        [this](const std::string& grpcPeer, bool authenticated) { return listener_->admitCall(grpcPeer, authenticated); }});
+    RendezvousServiceOptions service;
+    service.token = options_.token;
+    service.onNewRound = [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); };
+    service.onJobGone = [this](const std::string& runId) {
+      store_->store().dropRun(runId);
+      if (metrics_) metrics_->onJobGone(runId);
+    };
+    // metrics_ is set before the listener starts, so before any call can make an event.
+    service.onEvents = [this](const std::string& runId, const std::vector<JobEvent>& events) {
+      if (metrics_) metrics_->onEvents(runId, events);
+    };
+    service.onHeartbeatGap = [this](Micros gap) {
+      if (metrics_) metrics_->onHeartbeatGap(gap);
+    };
+    service.jobIdleTimeout = options_.jobIdleTimeout;
+    service.requireHostMatch = options_.requireHostMatch;
+    service.peerAddress = [this](const std::string& grpcPeer) { return listener_->peerAddress(grpcPeer); };
+    service.admitCall = [this](const std::string& grpcPeer, bool authenticated) {
+      return listener_->admitCall(grpcPeer, authenticated);
+    };
+    service.serverName = options_.serverName;
+    rendezvous_ = std::make_unique<RendezvousService>(std::move(service));
     StoreServiceOptions store;
     store.token = options_.token;
     store.roundIsCurrent = [this](const std::string& runId, uint64_t round) {
@@ -96,7 +113,12 @@ class RendezvousServer::Impl {
     builder.RegisterService(store_.get());
     server_ = builder.BuildAndStart();
     if (!server_) throw ConnectionError("cannot start the rendezvous server on " + address());
+    if (options_.metrics.port >= 0) {
+      metrics_ = std::make_unique<DaemonMetrics>(options_.metrics, [this] { return gauges(); }, [this] { return ready_.load(); });
+      spdlog::info("rendezvous: metrics and probes on http://{}/metrics", metrics_->address());
+    }
     listener_->start(server_.get());
+    ready_ = true;
     if (options_.trimInterval.count() > 0) trimmer_ = std::thread([this] { trimLoop(); });
     if (options_.token.empty() && !isLoopback(options_.bindAddress)) {
       spdlog::warn("rendezvous on {} has NO job token: anyone who reaches this address can join or disturb jobs "
@@ -116,6 +138,7 @@ class RendezvousServer::Impl {
       trimCv_.notify_all();
       trimmer_.join();
     }
+    ready_ = false;
     if (!server_) return;
     rendezvous_->waitIdle(grace);
     listener_->stop();
@@ -127,10 +150,21 @@ class RendezvousServer::Impl {
   }
 
   int port() const { return port_; }
+  std::string metricsAddress() const { return metrics_ ? metrics_->address() : std::string(); }
   uint64_t timerWakeups() const { return rendezvous_->timerWakeups(); }
   std::string address() const { return joinHostPort(options_.bindAddress, port_); }
 
  private:
+  DaemonGauges gauges() const {
+    DaemonGauges g;
+    g.jobs = rendezvous_->jobCount();
+    g.perJob = rendezvous_->jobGauges(DaemonMetrics::kMaxJobSeries);
+    g.connections = listener_->stats();
+    g.store = store_->store().stats();
+    g.timerWakeups = rendezvous_->timerWakeups();
+    return g;
+  }
+
   static bool isLoopback(const std::string& host) {
     return host == "localhost" || startsWith(host, "127.") || host == "::1";
   }
@@ -156,6 +190,8 @@ class RendezvousServer::Impl {
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::atomic<bool> ready_{false};  // /readyz: serving, not shutting down
+  std::unique_ptr<DaemonMetrics> metrics_;  // last: stops serving before what its gauges read goes
 };
 
 RendezvousServerOptions::Guard parseGuard(const std::string& value, const std::string& what) {
@@ -197,6 +233,7 @@ RendezvousServer::~RendezvousServer() = default;
 int RendezvousServer::port() const { return impl_->port(); }
 std::string RendezvousServer::address() const { return impl_->address(); }
 void RendezvousServer::shutdown(std::chrono::milliseconds grace) { impl_->shutdown(grace); }
+std::string RendezvousServer::metricsAddress() const { return impl_->metricsAddress(); }
 uint64_t RendezvousServer::timerWakeups() const { return impl_->timerWakeups(); }
 
 }  // namespace ddprun

@@ -9,6 +9,7 @@
 
 #include "common/net.h"  // parseEndpoint, joinHostPort
 #include "netguard/abuse_guard.h"  // AbuseLimits
+#include "rendezvous/server/daemon_metrics.h"  // MetricsPortOptions
 #include "store/run_scoped_store.h"  // RunScopedStoreOptions
 
 namespace ddprun {
@@ -61,6 +62,10 @@ struct RendezvousServerOptions {
   // How often the server hands freed memory back to the system (malloc_trim): after a burst
   // (a large job, an attack) the heap would otherwise keep its peak size. 0: never.
   std::chrono::milliseconds trimInterval{std::chrono::seconds(5)};
+  // What the Status call says this server is: "ddprun-rdzv 0.1.0", "agent-hosted".
+  std::string serverName = "ddprun";
+  // --metrics_port: Prometheus metrics and the /healthz, /readyz probes (daemon_metrics.h).
+  MetricsPortOptions metrics;
 };
 
 // "auto", "on" or "off" as a Guard; ConfigError naming `what` otherwise.
@@ -88,6 +93,8 @@ class RendezvousServer {
   std::string address() const;
   // Gives agents up to `grace` to read the end of their jobs, then stops.
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(2));
+  // host:port of the metrics port; empty without one.
+  std::string metricsAddress() const;
   // RendezvousService::timerWakeups().
   uint64_t timerWakeups() const;
 

@@ -18,6 +18,7 @@
 #include "rendezvous/rules/rules_host.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
+#include "rendezvous/wire/status_proto.h"
 #include "rpc/grpc_util.h"
 
 namespace ddprun {
@@ -201,6 +202,54 @@ class RendezvousService::Impl {
 
   uint64_t timerWakeups() const { return timerWakeups_.load(std::memory_order_relaxed); }
 
+  // Under mu_, so bounded: at most kStatusMaxJobs jobs, and kStatusMaxNodes nodes listed in all.
+  grpc::Status status(const pb::StatusRequest& request, pb::StatusReply* reply) const {
+    constexpr std::size_t kStatusMaxJobs = 1000;
+    reply->set_server(options_.serverName);
+    std::size_t nodesLeft = kStatusMaxNodes;
+    const std::size_t perJob = statusNodeLimit(request.max_nodes());
+    const Micros now = monotonicNow();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto one = [&](const Job& job) {
+      pb::JobStatus* out = reply->add_jobs();
+      out->set_run_id(job.runId);
+      toProto(job.host->state(), now, std::min(perJob, nodesLeft), job.host->lastFailure(), job.host->lastSeq(), out);
+      out->set_agents_connected(static_cast<uint32_t>(job.sessions.size()));
+      nodesLeft -= static_cast<std::size_t>(out->nodes_size());
+    };
+    if (!request.run_id().empty()) {
+      auto it = jobs_.find(request.run_id());
+      if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + request.run_id() + "' here");
+      one(it->second);
+      return grpc::Status::OK;
+    }
+    for (const auto& [id, job] : jobs_) {
+      if (static_cast<std::size_t>(reply->jobs_size()) >= kStatusMaxJobs) break;
+      one(job);
+    }
+    return grpc::Status::OK;
+  }
+
+  std::vector<JobGauge> jobGauges(std::size_t maxJobs) const {
+    std::vector<JobGauge> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : jobs_) {
+      if (out.size() >= maxJobs) break;
+      const RendezvousState& state = job.host->state();
+      JobGauge g{id, phaseName(state.phase()), state.round(), {}, static_cast<int>(job.sessions.size())};
+      std::map<std::string, int> counts;
+      for (const auto& n : state.nodeStatus(state.nodeCount())) ++counts[nodeStateName(state, n)];
+      g.nodesByState.assign(counts.begin(), counts.end());
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+
+  std::size_t jobCount() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jobs_.size();
+  }
+
   bool roundIsCurrent(const std::string& runId, uint64_t round) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(runId);
@@ -222,6 +271,8 @@ class RendezvousService::Impl {
   // ever runs under mu_: a store callback asks roundIsCurrent(), which takes mu_.
   struct Pending {
     std::vector<std::shared_ptr<SessionReactor>> flush;
+    std::vector<std::pair<std::string, std::vector<JobEvent>>> events;  // by run id, for onEvents
+    std::vector<Micros> heartbeatGaps;
   };
 
   void post(SessionReactor* s, pb::ServerMessage msg, bool finish, Pending* fx) {
@@ -259,6 +310,14 @@ class RendezvousService::Impl {
     }
     for (auto& s : fx.flush) s->flush();
     fx.flush.clear();
+    if (options_.onEvents) {
+      for (const auto& [runId, events] : fx.events) options_.onEvents(runId, events);
+    }
+    if (options_.onHeartbeatGap) {
+      for (Micros gap : fx.heartbeatGaps) options_.onHeartbeatGap(gap);
+    }
+    fx.events.clear();
+    fx.heartbeatGaps.clear();
   }
 
   void newRoundLocked(const std::string& runId, uint64_t round) {
@@ -404,6 +463,8 @@ class RendezvousService::Impl {
   // A new round's store upkeep is decided first, so it runs before the round reaches any agent.
   void dispatch(Job& job, Effects effects, Pending* fx) {
     for (uint64_t round : effects.roundsStarted) newRoundLocked(job.runId, round);
+    if (!effects.events.empty()) fx->events.emplace_back(job.runId, std::move(effects.events));
+    if (effects.heartbeatGap) fx->heartbeatGaps.push_back(*effects.heartbeatGap);
     for (const auto& notice : effects.notices) {
       auto target = job.sessions.find(notice.nodeId);
       if (target == job.sessions.end()) continue;
@@ -412,7 +473,7 @@ class RendezvousService::Impl {
         closes = true;
         target->second->closedBecause = r->message;  // "declared dead: no heartbeat for 5.0s", ...
       }
-      post(target->second, toProto(job.runId, notice, true), closes, fx);
+      post(target->second, toProto(job.runId, notice, true, job.host->state(), job.host->lastSeq()), closes, fx);
     }
   }
 
@@ -583,6 +644,20 @@ grpc::ServerBidiReactor<pb::AgentMessage, pb::ServerMessage>* RendezvousService:
   return raw;
 }
 
+grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* context,
+                                                    const pb::StatusRequest* request, pb::StatusReply* reply) {
+  auto* reactor = context->DefaultReactor();
+  const bool authorized = impl_->authorized(context);
+  if (!impl_->admitCall(context->peer(), authorized)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, kConnectionClosedForAbuse));
+  } else if (!authorized) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid job token"));
+  } else {
+    reactor->Finish(bounded(impl_->status(*request, reply)));
+  }
+  return reactor;
+}
+
 bool RendezvousService::roundIsCurrent(const std::string& runId, uint64_t round) const {
   return impl_->roundIsCurrent(runId, round);
 }
@@ -594,5 +669,11 @@ void RendezvousService::shutdown() { impl_->shutdown(); }
 bool RendezvousService::waitIdle(std::chrono::milliseconds timeout) { return impl_->waitIdle(timeout); }
 
 uint64_t RendezvousService::timerWakeups() const { return impl_->timerWakeups(); }
+
+std::vector<RendezvousService::JobGauge> RendezvousService::jobGauges(std::size_t maxJobs) const {
+  return impl_->jobGauges(maxJobs);
+}
+
+std::size_t RendezvousService::jobCount() const { return impl_->jobCount(); }
 
 }  // namespace ddprun

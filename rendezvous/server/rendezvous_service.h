@@ -8,8 +8,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/rules/job_event.h"
 
 namespace ddprun {
 
@@ -22,6 +24,13 @@ struct RendezvousServiceOptions {
   // A finished job is forgotten (its last agent left, or a new run reuses its id), so the store
   // frees its keys.
   std::function<void(const std::string& runId)> onJobGone;
+  // What happened to a job (job_event.h), and a heartbeat's gap since the node's previous
+  // message: the daemon's metrics. Outside the service's lock, after the event's messages were
+  // queued; one job's events in order when one thread handles them, not across threads.
+  std::function<void(const std::string& runId, const std::vector<JobEvent>& events)> onEvents;
+  std::function<void(Micros gap)> onHeartbeatGap;
+  // What the Status call says this server is ("ddprun-rdzv 0.1.0", "agent-hosted").
+  std::string serverName = "ddprun";
   // A job that no agent is connected to is forgotten after this long.
   std::chrono::milliseconds jobIdleTimeout{std::chrono::minutes(2)};
   // An agent may report its own address (--local_addr), which becomes MASTER_ADDR for the others
@@ -43,6 +52,9 @@ class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
 
   grpc::ServerBidiReactor<ddprun::v1::AgentMessage, ddprun::v1::ServerMessage>* Session(
       grpc::CallbackServerContext* context) override;
+  // Read-only: the jobs, their nodes and last failure (status_proto.h); the token rules of Session.
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context, const ddprun::v1::StatusRequest* request,
+                                   ddprun::v1::StatusReply* reply) override;
 
   // For the store: is `round` the running round of `runId`?
   bool roundIsCurrent(const std::string& runId, uint64_t round) const;
@@ -57,6 +69,18 @@ class RendezvousService final : public ddprun::v1::Rendezvous::CallbackService {
   // How many times the deadline thread has woken up. Each wake-up looks at every node of every
   // job, so it must not grow with the number of Joins (a test and the metrics read it).
   uint64_t timerWakeups() const;
+
+  // What the metrics show of each job at a scrape (at most maxJobs, by run id).
+  struct JobGauge {
+    std::string runId;
+    std::string phase;
+    uint64_t round = 0;
+    std::vector<std::pair<std::string, int>> nodesByState;  // status_proto.h's nodeStateName
+    int agents = 0;                                         // sessions open
+  };
+  std::vector<JobGauge> jobGauges(std::size_t maxJobs) const;
+  // Jobs held (gathering, running, or over and not forgotten yet).
+  std::size_t jobCount() const;
 
   class Impl;
 

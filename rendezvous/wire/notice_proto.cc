@@ -146,6 +146,16 @@ int exitStatusOfRefusal(pb::Rejected::Code code) {
   return configuration ? kExitUsage : kExitInfrastructure;
 }
 
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats,
+                          const RendezvousState& state, uint64_t eventSeq) {
+  v1::ServerMessage msg = toProto(runId, notice, acksHeartbeats);
+  msg.set_event_seq(eventSeq);
+  if (msg.has_round_assigned() && state.members().size() <= kMembersInAssignment) {
+    for (const auto& m : state.members()) msg.mutable_round_assigned()->add_members(m);
+  }
+  return msg;
+}
+
 RoundInfo roundInfoOf(const pb::RoundAssigned& a, const std::string& storeAddr) {
   RoundInfo info;
   info.round = a.round();
@@ -158,6 +168,10 @@ RoundInfo roundInfoOf(const pb::RoundAssigned& a, const std::string& storeAddr) 
   info.masterPort = a.master_port();
   info.storeAddr = storeAddr;
   info.storePrefix = a.store_prefix();
+  constexpr int kMaxMembers = 64;  // kMembersInAssignment: a server that sends more is not believed
+  if (a.members_size() <= kMaxMembers) {
+    for (const auto& m : a.members()) info.members.push_back(printable(m, 256));
+  }
   return info;
 }
 

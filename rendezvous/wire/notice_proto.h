@@ -24,6 +24,14 @@ RendezvousRules fromProto(const v1::JobRules& message);
 // (docs/rendezvous.md, "Fencing"); the etcd backend's liveness is the node's lease instead.
 // A rejection's message is cut to 1 KB, saying so.
 v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats);
+// The same, with what a notice carries beyond itself: the job's newest event number (`eventSeq`,
+// the order of the agents' timelines) and, in an assignment, the members of a round of at most
+// kMembersInAssignment nodes (`state`'s, read when the round was just formed).
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats,
+                          const RendezvousState& state, uint64_t eventSeq);
+
+// Rounds of at most this many nodes name their members in each assignment (RoundAssigned.members).
+inline constexpr std::size_t kMembersInAssignment = 64;
 
 // An agent's side: the round it was assigned, with its workers' store at `storeAddr`.
 RoundInfo roundInfoOf(const v1::RoundAssigned& assigned, const std::string& storeAddr);

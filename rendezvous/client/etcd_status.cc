@@ -1,0 +1,62 @@
+#include "rendezvous/client/etcd_status.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/strings.h"
+#include "ddprun/v1/etcd_rendezvous.pb.h"
+#include "rendezvous/wire/etcd_records.h"
+#include "rendezvous/wire/status_proto.h"
+
+namespace ddprun {
+
+v1::StatusReply readEtcdStatus(EtcdStatusOptions o) {
+  v1::StatusReply reply;
+  reply.set_server("etcd");
+  for (const auto& e : split(o.endpoints, ',')) {
+    if (!e.empty()) o.client.endpoints.push_back(e);
+  }
+  o.client.callTimeout = o.timeout;
+  o.client.retryTimeout = o.timeout;
+  EtcdClient client(o.client);
+  std::string root = o.prefix;
+  while (!root.empty() && root.back() == '/') root.pop_back();
+  const std::string rdzv = root + "/run/" + o.runId + "/rdzv/";
+  auto state = client.get(rdzv + "state");
+  const auto nodeKeys = client.getPrefix(rdzv + "nodes/");
+  if (!state && nodeKeys.empty()) return reply;
+
+  // The state is the driver's last write; before the first one, the job only has nodes' keys.
+  v1::RendezvousSnapshot snapshot;
+  RendezvousState::Snapshot rules;
+  if (state && snapshot.ParseFromString(state->value)) rules = etcd_records::fromProto(snapshot);
+  rules.runId = o.runId;
+  const Micros now{0};
+  v1::JobStatus* job = reply.add_jobs();
+  job->set_run_id(o.runId);
+  toProto(RendezvousState::restore(rules, now), now, statusNodeLimit(o.maxNodes), std::nullopt, 0, job);
+  // Liveness on etcd is each node's lease, not a heartbeat the reader saw: say how long each has
+  // left, and list the nodes whose keys exist but that the driver has not taken in yet.
+  std::map<std::string, int64_t> leases;
+  for (const auto& kv : nodeKeys) leases[kv.key.substr(rdzv.size() + 6)] = kv.lease;
+  for (auto& node : *job->mutable_nodes()) {
+    node.set_last_heartbeat_age_s(-1);
+    auto it = leases.find(node.node_id());
+    node.set_lease_left_s(it == leases.end() ? 0 : static_cast<double>(client.leaseTimeToLive(it->second)));
+    if (it == leases.end()) node.set_state("gone");
+    if (it != leases.end()) leases.erase(it);
+  }
+  for (const auto& [id, lease] : leases) {
+    if (static_cast<std::size_t>(job->nodes_size()) >= statusNodeLimit(o.maxNodes)) break;
+    v1::NodeStatus* node = job->add_nodes();
+    node->set_node_id(id);
+    node->set_group_rank(-1);
+    node->set_state("joining");
+    node->set_last_heartbeat_age_s(-1);
+    node->set_lease_left_s(static_cast<double>(client.leaseTimeToLive(lease)));
+  }
+  job->set_node_count(static_cast<uint32_t>(std::max<std::size_t>(job->node_count(), nodeKeys.size())));
+  return reply;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,198 @@
+#include "rendezvous/client/status_command.h"
+
+#include <boost/json.hpp>
+#include <grpcpp/client_context.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/exit_codes.h"
+#include "common/token_file.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client/etcd_status.h"
+#include "rpc/grpc_util.h"
+
+namespace ddprun {
+namespace {
+
+namespace pb = ddprun::v1;
+
+std::string age(double seconds) {
+  char buf[32];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", seconds / 60 - 0.5, static_cast<double>(static_cast<long>(seconds) % 60));
+  }
+  return buf;
+}
+
+boost::json::object toJson(const pb::JobStatus& job) {
+  boost::json::array nodes;
+  for (const auto& n : job.nodes()) {
+    boost::json::object node{{"node_id", n.node_id()},
+                             {"host", n.host()},
+                             {"group_rank", n.group_rank()},
+                             {"state", n.state()},
+                             {"last_heartbeat_age_s", n.last_heartbeat_age_s()}};
+    node["lease_left_s"] = n.lease_left_s() < 0 ? boost::json::value(nullptr) : boost::json::value(n.lease_left_s());
+    nodes.push_back(std::move(node));
+  }
+  boost::json::value failure = nullptr;
+  if (job.has_last_failure()) {
+    const auto& f = job.last_failure();
+    failure = boost::json::object{{"seq", f.seq()},        {"kind", f.kind()},         {"node", f.node()},
+                                  {"round", f.round()},    {"cause", f.cause()},       {"message", f.message()},
+                                  {"rank", f.rank()},      {"exit_code", f.exit_code()}, {"signal", f.signal()},
+                                  {"age_s", f.age_s()}};
+  }
+  return boost::json::object{{"run_id", job.run_id()},
+                             {"phase", job.phase()},
+                             {"round", job.round()},
+                             {"min_nodes", job.min_nodes()},
+                             {"max_nodes", job.max_nodes()},
+                             {"restarts", job.restarts()},
+                             {"max_restarts", job.max_restarts()},
+                             {"node_count", job.node_count()},
+                             {"members", job.members()},
+                             {"agents_connected", job.agents_connected()},
+                             {"events", job.events()},
+                             {"nodes", std::move(nodes)},
+                             {"last_failure", std::move(failure)}};
+}
+
+void printTable(const pb::StatusReply& reply) {
+  if (reply.jobs().empty()) std::cout << "no jobs (" << reply.server() << ")\n";
+  for (const auto& job : reply.jobs()) {
+    std::cout << "job " << job.run_id() << ": " << job.phase() << ", round " << job.round() << ", " << job.node_count()
+              << " node(s) (" << job.min_nodes() << ".." << job.max_nodes() << "), restarts " << job.restarts()
+              << " of " << job.max_restarts() << ", " << job.events() << " event(s)\n";
+    if (!job.nodes().empty()) {
+      std::printf("  %-40s %-24s %5s  %-9s %s\n", "NODE", "HOST", "RANK", "STATE", "HEARTBEAT");
+      std::fflush(stdout);
+      for (const auto& n : job.nodes()) {
+        std::string heartbeat = age(n.last_heartbeat_age_s()) + " ago";
+        if (n.lease_left_s() >= 0) heartbeat += ", lease " + age(n.lease_left_s()) + " left";
+        std::printf("  %-40s %-24s %5s  %-9s %s\n", n.node_id().c_str(), n.host().c_str(),
+                    n.group_rank() >= 0 ? std::to_string(n.group_rank()).c_str() : "-", n.state().c_str(),
+                    heartbeat.c_str());
+      }
+      std::fflush(stdout);
+      if (static_cast<uint32_t>(job.nodes_size()) < job.node_count()) {
+        std::cout << "  ... " << job.node_count() - job.nodes_size() << " more (--max_nodes)\n";
+      }
+    }
+    if (job.has_last_failure()) {
+      const auto& f = job.last_failure();
+      std::cout << "  last failure (" << age(f.age_s()) << " ago, event " << f.seq() << "): " << f.kind();
+      if (!f.node().empty()) std::cout << " on " << f.node();
+      if (f.round()) std::cout << ", round " << f.round();
+      if (!f.cause().empty()) std::cout << " [" << f.cause() << "]";
+      std::cout << ": " << f.message() << "\n";
+    }
+  }
+}
+
+int exitOf(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::NOT_FOUND: return 1;
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNIMPLEMENTED: return kExitUsage;
+    default: return kExitInfrastructure;
+  }
+}
+
+}  // namespace
+
+int statusCommand(const std::vector<std::string>& args) {
+  CLI::App app{"ddprun-rdzv status: the jobs a rendezvous holds, their nodes and last failure", "ddprun-rdzv status"};
+  std::string endpoint, runId, tokenFile, backend = "grpc";
+  bool json = false;
+  unsigned maxNodes = 0;
+  double timeoutSeconds = 10;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint,
+                 "HOST:PORT of ddprun-rdzv or of the agent that hosts the job; etcd: h1:2379,h2:2379,...")
+      ->required();
+  app.add_option("--rdzv_id,--rdzv-id", runId, "Only this job (required with etcd)");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend, "grpc (ddprun-rdzv or an agent; also c10d, static) or etcd");
+  app.add_option("--token_file,--token-file", tokenFile, "File holding the job token (else DDPRUN_RDZV_TOKEN)");
+  app.add_flag("--json", json, "One JSON object (README, \"ddprun-rdzv status\")");
+  app.add_option("--max_nodes,--max-nodes", maxNodes, "Nodes listed per job (default 1000, at most 10000)");
+  app.add_option("--timeout", timeoutSeconds, "Seconds to wait for an answer (default 10)")->check(CLI::Range(0.1, 600.0));
+  EtcdStatusOptions etcd;
+  app.add_option("--rdzv_prefix,--etcd_prefix", etcd.prefix, "etcd: the key prefix the job uses (default /ddprun)");
+  std::vector<const char*> argv{"ddprun-rdzv status"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ddprun-rdzv status: error: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  try {
+    std::string token;
+    if (!tokenFile.empty()) {
+      token = readTokenFile(tokenFile, "--token_file");
+    } else if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN")) {
+      token = env;
+    }
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
+    pb::StatusReply reply;
+    if (backend == "etcd" || backend == "etcd-v2") {
+      if (runId.empty()) throw ConfigError("--rdzv_id is required with --rdzv_backend=etcd");
+      etcd.endpoints = endpoint;
+      etcd.runId = runId;
+      etcd.timeout = timeout;
+      etcd.maxNodes = maxNodes;
+      reply = readEtcdStatus(etcd);
+      if (reply.jobs().empty()) {
+        std::cerr << "ddprun-rdzv status: error: no job '" << runId << "' in etcd under " << etcd.prefix << "\n";
+        return 1;
+      }
+    } else if (backend == "grpc" || backend == "c10d" || backend == "static") {
+      auto stub = pb::Rendezvous::NewStub(makeChannel(endpoint));
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + timeout);
+      if (!token.empty()) context.AddMetadata(kTokenMetadataKey, token);
+      pb::StatusRequest request;
+      request.set_run_id(runId);
+      request.set_max_nodes(maxNodes);
+      grpc::Status status = stub->Status(&context, request, &reply);
+      if (!status.ok()) {
+        std::string what = status.error_message();
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          what = "cannot reach the rendezvous at " + endpoint + ": " + what;
+        } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+          what = "the rendezvous at " + endpoint + " has no Status call (an older ddprun)";
+        }
+        std::cerr << "ddprun-rdzv status: error: " << what << "\n";
+        return exitOf(status);
+      }
+    } else {
+      throw ConfigError("--rdzv_backend must be grpc, c10d, static or etcd, not '" + backend + "'");
+    }
+    if (json) {
+      boost::json::array jobs;
+      for (const auto& job : reply.jobs()) jobs.push_back(toJson(job));
+      std::cout << boost::json::serialize(boost::json::object{{"server", reply.server()}, {"jobs", std::move(jobs)}})
+                << "\n";
+    } else {
+      printTable(reply);
+    }
+    return 0;
+  } catch (const ConfigError& e) {
+    std::cerr << "ddprun-rdzv status: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun-rdzv status: error: " << e.what() << "\n";
+    return kExitInfrastructure;
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,80 @@
+#include "rendezvous/wire/status_proto.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "rpc/grpc_util.h"
+
+namespace ddprun {
+namespace {
+
+double seconds(Micros t) { return std::chrono::duration<double>(t).count(); }
+
+// Bounded like every message a ddprun service sends (grpc_util.h).
+std::string boundedText(const std::string& text) {
+  return text.size() <= kMaxErrorMessageBytes ? text : text.substr(0, kMaxErrorMessageBytes) + "...";
+}
+
+}  // namespace
+
+const char* nodeStateName(const RendezvousState& state, const RendezvousState::NodeStatus& n) {
+  if (n.leaving) return "leaving";
+  if (n.stopping) return "stopping";
+  if (n.groupRank >= 0 && state.phase() == RendezvousState::Phase::kRunning) return "running";
+  return state.phase() == RendezvousState::Phase::kGathering ? "gathering" : "standby";
+}
+
+std::size_t statusNodeLimit(uint32_t requested) {
+  return requested == 0 ? kStatusDefaultNodes : std::min<std::size_t>(requested, kStatusMaxNodes);
+}
+
+const char* phaseName(RendezvousState::Phase phase) {
+  switch (phase) {
+    case RendezvousState::Phase::kGathering: return "gathering";
+    case RendezvousState::Phase::kRunning: return "running";
+    case RendezvousState::Phase::kClosed: return "closed";
+  }
+  return "unknown";
+}
+
+void toProto(const RendezvousState& state, Micros now, std::size_t maxNodes, const std::optional<JobEvent>& lastFailure,
+             uint64_t events, v1::JobStatus* out) {
+  const RendezvousRules& rules = state.rules();
+  out->set_phase(phaseName(state.phase()));
+  out->set_round(state.round());
+  out->set_min_nodes(rules.minNodes);
+  out->set_max_nodes(rules.maxNodes);
+  out->set_restarts(state.restartCount());
+  out->set_max_restarts(rules.maxRestarts);
+  out->set_node_count(static_cast<uint32_t>(state.nodeCount()));
+  out->set_members(static_cast<uint32_t>(state.members().size()));
+  out->set_events(events);
+  for (const auto& n : state.nodeStatus(maxNodes)) {
+    v1::NodeStatus* node = out->add_nodes();
+    node->set_node_id(n.nodeId);
+    node->set_host(n.host);
+    node->set_group_rank(state.phase() == RendezvousState::Phase::kRunning ? n.groupRank : -1);
+    node->set_state(nodeStateName(state, n));
+    node->set_last_heartbeat_age_s(seconds(now - n.lastSeen));
+    node->set_lease_left_s(-1);
+  }
+  if (lastFailure) {
+    v1::JobEventSummary* f = out->mutable_last_failure();
+    f->set_seq(lastFailure->seq);
+    f->set_kind(eventKindName(lastFailure->kind));
+    f->set_node(lastFailure->node);
+    f->set_round(lastFailure->round);
+    f->set_cause(eventCauseName(lastFailure->cause));
+    f->set_rank(lastFailure->failure ? lastFailure->failure->rank : -1);
+    f->set_exit_code(lastFailure->failure ? lastFailure->failure->exitCode : -1);
+    f->set_signal(lastFailure->failure ? lastFailure->failure->signal : 0);
+    std::string message = lastFailure->reason;
+    if (lastFailure->failure && lastFailure->kind == JobEvent::Kind::kWorkerFailed) {
+      message = "rank " + std::to_string(lastFailure->failure->rank) + " " + lastFailure->failure->description;
+    }
+    f->set_message(boundedText(message));
+    f->set_age_s(seconds(now - lastFailure->at));
+  }
+}
+
+}  // namespace ddprun
