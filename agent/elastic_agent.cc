@@ -44,12 +44,16 @@ class ElasticAgent::Impl {
     hangDetector_ = options_.hangTimeoutAuto
                         ? std::make_unique<HangDetector>(io_, HangCalibrationRules{}, onHung)
                         : std::make_unique<HangDetector>(io_, options_.hangTimeout, onHung);
-    hangDetector_->setOnStepTime([this](int rank, double seconds) { onStepTime(rank, seconds); });
+    hangDetector_->setOnStepTime([this](int rank, double seconds) {
+      for (auto& o : options_.observers) o->onStep(rank - currentRound_.rankOffset, seconds);
+      onStepTime(rank, seconds);
+    });
     scheduleHealthReport();
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
     });
+    emit(agentEvent(AgentEvent::Kind::kJoining, 0));
     rendezvous_.join(self);
   }
 
@@ -91,6 +95,7 @@ class ElasticAgent::Impl {
     // A round interrupted before its workers started here (the last ones were still stopping)
     // never starts.
     if (pendingRound_ && pendingRound_->round <= round) pendingRound_.reset();
+    if (round == currentRound_.round) emit(agentEvent(AgentEvent::Kind::kRoundInterrupted, round, reason));
     if (group_ && !groupStopped_ && round == currentRound_.round && dumping_.empty()) {
       spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
       group_->stop(SIGTERM, options_.shutdownGrace);
@@ -104,6 +109,7 @@ class ElasticAgent::Impl {
   void onFenced(uint64_t round, const std::string& reason, std::chrono::milliseconds killWithin) {
     if (finished_ || !group_ || groupStopped_ || round != currentRound_.round) return;
     spdlog::warn("round {} fenced ({}): stopping workers, SIGKILL in {}ms", round, reason, killWithin.count());
+    emit(agentEvent(AgentEvent::Kind::kFenced, round, reason));
     if (hangDetector_) hangDetector_->disarm();
     if (killWithin.count() <= 0) {
       group_->killNow();
@@ -130,9 +136,12 @@ class ElasticAgent::Impl {
                     s.seconds, view.medianSeconds > 0 ? s.seconds / view.medianSeconds : 0.0, view.medianSeconds,
                     view.ranks);
       spdlog::warn("straggler across the job: rank {} on node {} {}", s.rank, s.node, text);
+      emitStraggler(s.rank, s.seconds, false, std::string("across the job, on node ") + s.node + ": " + text);
     }
     for (int rank : jobStragglers_) {
-      if (!now.count(rank)) spdlog::warn("straggler across the job: rank {} is back near the job's median", rank);
+      if (now.count(rank)) continue;
+      spdlog::warn("straggler across the job: rank {} is back near the job's median", rank);
+      emitStraggler(rank, 0, true, "across the job: back near the job's median");
     }
     jobStragglers_ = std::move(now);
   }
@@ -210,7 +219,15 @@ class ElasticAgent::Impl {
     events.onStopped = [this] { onGroupStopped(); };
     group_ = std::make_unique<WorkerGroup>(io_, supervisor_, std::move(specs), std::move(events));
     if (hangDetector_) hangDetector_->arm();
+    emit(roundFormedEvent(round));
     group_->start();
+    for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
+      WorkerExit w;
+      w.localRank = localRank;
+      w.rank = round.rankOffset + localRank;
+      w.pid = group_->pid(localRank);
+      emit(workerEvent(AgentEvent::Kind::kWorkerStarted, round.round, w));
+    }
   }
 
   struct FilteredLogs {
@@ -327,6 +344,7 @@ class ElasticAgent::Impl {
                       c.seconds, c.median);
       }
       spdlog::warn("{}", text);
+      emitStraggler(c.rank, c.seconds, !c.straggling, text);
     }
   }
 
@@ -348,6 +366,7 @@ class ElasticAgent::Impl {
   // --- --finish_timeout ---------------------------------------------------------------------
 
   void onRankFinished(const WorkerExit& exit) {
+    emit(workerEvent(AgentEvent::Kind::kWorkerSucceeded, currentRound_.round, exit));
     finishedRanks_.insert(exit.rank);
     if (!reportedFinish_) {
       reportedFinish_ = true;
@@ -454,6 +473,8 @@ class ElasticAgent::Impl {
     const std::string how = "is hung (" + exit.hangNote + ")";
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; taking the stacks of the running ranks", exit.rank,
                  exit.localRank, exit.pid, how);
+    emit(workerEvent(AgentEvent::Kind::kHang, currentRound_.round, exit, exit.hangNote));
+    emit(workerEvent(AgentEvent::Kind::kWorkerFailed, currentRound_.round, exit, how));
     reportFailure(exit, how.substr(0, 200));
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
       if (!group_->running(localRank)) continue;
@@ -535,6 +556,7 @@ class ElasticAgent::Impl {
                                          : "failed with exit code " + std::to_string(exit.exitCode);
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; stopping the others", exit.rank, exit.localRank, exit.pid,
                  how);
+    emit(workerEvent(AgentEvent::Kind::kWorkerFailed, currentRound_.round, exit, how));
     // Tell the rendezvous first, so that peers restart while this node is still stopping.
     reportFailure(exit, how);
     group_->stop(SIGTERM, options_.shutdownGrace);
@@ -638,39 +660,7 @@ class ElasticAgent::Impl {
   }
 
   FailureReportInput makeReport(const WorkerExit& first) {
-    FailureReportInput in;
-    in.program = options_.programName;
-    in.host = options_.host;
-    in.first = first;
-    in.errorFile = group_->spec(first.localRank).errorFile;
-    in.error = readErrorFile(in.errorFile);
-    auto tail = beforeFaulthandlerDump(group_->stderrTail(first.localRank));
-    constexpr std::size_t kTailShown = 20;
-    if (tail.size() > kTailShown) tail.erase(tail.begin(), tail.end() - kTailShown);
-    in.stderrTail = std::move(tail);
-    in.diagnosis = diagnosis_;
-    in.stacks = stacks_;
-    if (!first.hangNote.empty() && !in.error) {
-      // The hung rank was killed before it could say anything: its error file gets the diagnosis
-      // and its stack, where torchrun's tools look.
-      std::string traceback;
-      for (const auto& stack : in.stacks) {
-        if (stack.localRank != first.localRank) continue;
-        for (const auto& line : stack.lines) traceback += line + "\n";
-        if (stack.lines.empty()) traceback = stack.missing;
-      }
-      std::string message = "hung: " + first.hangNote;
-      if (!diagnosis_.empty()) message += ". " + diagnosis_;
-      if (writeErrorFile(in.errorFile, message, traceback)) {
-        in.error = readErrorFile(in.errorFile);
-        for (auto& stack : in.stacks) stack.inErrorFile = stack.inErrorFile || stack.localRank == first.localRank;
-      }
-    }
-    for (const auto& e : group_->exits()) {
-      bool causedByStop = e.signal == SIGTERM || e.signal == SIGKILL;
-      if (e.localRank != first.localRank && !e.succeeded() && !causedByStop) in.others.push_back(e);
-    }
-    return in;
+    return gatherFailureReport(*group_, first, options_.programName, options_.host, diagnosis_, stacks_);
   }
 
   void finish(int status) {
@@ -678,8 +668,28 @@ class ElasticAgent::Impl {
     finished_ = true;
     healthTimer_.cancel();
     if (group_ && !group_->allExited()) group_->killNow();
+    AgentEvent ended = agentEvent(AgentEvent::Kind::kJobEnded, currentRound_.round,
+                                  stopSignal_ ? "stopped by " + signalName(*stopSignal_) : closeReason_);
+    ended.exitStatus = status;
+    emit(std::move(ended));
     if (options_.eventLogToConsole) recordStatusEvents(status);
     if (onFinished_) onFinished_(status);
+  }
+
+  // To every observer, numbered by what the rendezvous said last (agent_events.h).
+  void emit(AgentEvent e) {
+    if (options_.observers.empty()) return;
+    e.seq = rendezvous_.lastEventSeq();
+    e.node = options_.nodeId.empty() ? options_.host : options_.nodeId;
+    e.time = std::chrono::system_clock::now();
+    for (auto& o : options_.observers) o->onEvent(e);
+  }
+  void emitStraggler(int rank, double seconds, bool back, std::string reason) {
+    AgentEvent e = agentEvent(AgentEvent::Kind::kStraggler, currentRound_.round, std::move(reason));
+    e.rank = rank;
+    e.seconds = seconds;
+    e.back = back;
+    emit(std::move(e));
   }
 
   // As torch's SimpleElasticAgent at the end of run(): one event per worker of the last group, then
@@ -697,32 +707,8 @@ class ElasticAgent::Impl {
     base.groupWorldSize = currentRound_.groupWorldSize;
     base.agentRestarts = currentRound_.restartCount;
     base.totalRunTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    std::string lines;
-    if (group_) {
-      for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
-        StatusEvent e = base;
-        const WorkerSpec& spec = group_->spec(localRank);
-        e.localRank = localRank;
-        e.globalRank = spec.rank;
-        e.roleWorldSize = currentRound_.worldSize;
-        e.state = "UNKNOWN";
-        for (const auto& exit : group_->exits()) {
-          if (exit.localRank != localRank) continue;
-          e.pid = exit.pid;
-          e.exitCode = exit.signal ? -exit.signal : exit.exitCode;  // torch's negative signal numbers
-          e.state = exit.succeeded() ? "SUCCEEDED" : "FAILED";
-          if (!exit.succeeded()) {
-            if (auto error = readErrorFile(spec.errorFile)) e.rawError = error->message;
-          }
-        }
-        lines += formatStatusEvent(e) + "\n";
-      }
-    }
-    StatusEvent agent = base;
-    agent.fromWorker = false;
-    agent.state = status == 0 ? "SUCCEEDED" : "FAILED";
-    lines += formatStatusEvent(agent) + "\n";
-    options_.stderrConsole->write(lines);
+    options_.stderrConsole->write(formatRunEndEvents(base, group_.get(), options_.nprocPerNode, currentRound_.worldSize,
+                                                     status));
   }
 
   boost::asio::io_context& io_;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_events.h"
 #include "agent/console_writer.h"
 #include "agent/log_options.h"
 #include "agent/process_supervisor.h"
@@ -72,6 +73,9 @@ struct AgentOptions {
   // --numa_binding: the CPUs of each local rank (index); empty: no binding.
   std::vector<std::vector<int>> workerCpus;
   std::string rdzvBackend = "static";
+  // Told every event of this node (agent_events.h): its --timeline file, its metrics port.
+  std::vector<std::shared_ptr<AgentObserver>> observers;
+  std::string nodeId;  // this node's id in the job, for its events (empty: the host)
 };
 
 class ElasticAgent final : public RendezvousListener {

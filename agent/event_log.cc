@@ -2,6 +2,9 @@
 
 #include <boost/json.hpp>
 
+#include "agent/error_file.h"
+#include "agent/worker_group.h"
+
 namespace ddprun {
 
 std::string formatStatusEvent(const StatusEvent& e) {
@@ -39,6 +42,36 @@ std::string formatStatusEvent(const StatusEvent& e) {
   event["timestamp"] = e.timestampMs;
   event["metadata"] = std::move(meta);
   return json::serialize(event);
+}
+
+std::string formatRunEndEvents(const StatusEvent& base, const WorkerGroup* group, int nprocPerNode, int worldSize,
+                               int exitStatus) {
+  std::string lines;
+  if (group) {
+    for (int localRank = 0; localRank < nprocPerNode; ++localRank) {
+      StatusEvent e = base;
+      const WorkerSpec& spec = group->spec(localRank);
+      e.localRank = localRank;
+      e.globalRank = spec.rank;
+      e.roleWorldSize = worldSize;
+      e.state = "UNKNOWN";
+      for (const auto& exit : group->exits()) {
+        if (exit.localRank != localRank) continue;
+        e.pid = exit.pid;
+        e.exitCode = exit.signal ? -exit.signal : exit.exitCode;  // torch's negative signal numbers
+        e.state = exit.succeeded() ? "SUCCEEDED" : "FAILED";
+        if (!exit.succeeded()) {
+          if (auto error = readErrorFile(spec.errorFile)) e.rawError = error->message;
+        }
+      }
+      lines += formatStatusEvent(e) + "\n";
+    }
+  }
+  StatusEvent agent = base;
+  agent.fromWorker = false;
+  agent.state = exitStatus == 0 ? "SUCCEEDED" : "FAILED";
+  lines += formatStatusEvent(agent) + "\n";
+  return lines;
 }
 
 }  // namespace ddprun

@@ -35,4 +35,12 @@ struct StatusEvent {
 // One line of JSON, without the newline.
 std::string formatStatusEvent(const StatusEvent& event);
 
+class WorkerGroup;
+
+// The end of a run, as torch's SimpleElasticAgent records it: one line per worker of the last
+// group (null: none started) with its exit and error file, then the agent's; `base` holds what
+// every line shares.
+std::string formatRunEndEvents(const StatusEvent& base, const WorkerGroup* group, int nprocPerNode, int worldSize,
+                               int exitStatus);
+
 }  // namespace ddprun

@@ -1,9 +1,13 @@
 #include "agent/failure_report.h"
 
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <sstream>
 
+#include "agent/error_file.h"
+#include "agent/stack_dump.h"
+#include "agent/worker_group.h"
 #include "common/strings.h"
 
 namespace ddprun {
@@ -88,6 +92,44 @@ std::string formatFailureReport(const FailureReportInput& in) {
   }
   out << rule << "\n";
   return out.str();
+}
+
+FailureReportInput gatherFailureReport(const WorkerGroup& group, const WorkerExit& first, const std::string& program,
+                                       const std::string& host, const std::string& diagnosis,
+                                       const std::vector<FailureReportInput::RankStack>& stacks) {
+  FailureReportInput in;
+  in.program = program;
+  in.host = host;
+  in.first = first;
+  in.errorFile = group.spec(first.localRank).errorFile;
+  in.error = readErrorFile(in.errorFile);
+  auto tail = beforeFaulthandlerDump(group.stderrTail(first.localRank));
+  constexpr std::size_t kTailShown = 20;
+  if (tail.size() > kTailShown) tail.erase(tail.begin(), tail.end() - kTailShown);
+  in.stderrTail = std::move(tail);
+  in.diagnosis = diagnosis;
+  in.stacks = stacks;
+  if (!first.hangNote.empty() && !in.error) {
+    // The hung rank was killed before it could say anything: its error file gets the diagnosis
+    // and its stack, where torchrun's tools look.
+    std::string traceback;
+    for (const auto& stack : in.stacks) {
+      if (stack.localRank != first.localRank) continue;
+      for (const auto& line : stack.lines) traceback += line + "\n";
+      if (stack.lines.empty()) traceback = stack.missing;
+    }
+    std::string message = "hung: " + first.hangNote;
+    if (!diagnosis.empty()) message += ". " + diagnosis;
+    if (writeErrorFile(in.errorFile, message, traceback)) {
+      in.error = readErrorFile(in.errorFile);
+      for (auto& stack : in.stacks) stack.inErrorFile = stack.inErrorFile || stack.localRank == first.localRank;
+    }
+  }
+  for (const auto& e : group.exits()) {
+    bool causedByStop = e.signal == SIGTERM || e.signal == SIGKILL;
+    if (e.localRank != first.localRank && !e.succeeded() && !causedByStop) in.others.push_back(e);
+  }
+  return in;
 }
 
 }  // namespace ddprun

@@ -37,6 +37,15 @@ struct FailureReportInput {
 
 std::string formatFailureReport(const FailureReportInput& in);
 
+class WorkerGroup;
+
+// The report of `first`, the group's first failure: its error file (written with the diagnosis
+// and its stack when a hung rank could not write one), the tail of its stderr, the other ranks'
+// failures not caused by stopping the group, and the stacks taken before the kill.
+FailureReportInput gatherFailureReport(const WorkerGroup& group, const WorkerExit& first, const std::string& program,
+                                       const std::string& host, const std::string& diagnosis,
+                                       const std::vector<FailureReportInput::RankStack>& stacks);
+
 // ddprun's exit status for a failed worker: its exit code, or 128+N for signal N.
 int exitStatusOf(const WorkerExit& exit);
 

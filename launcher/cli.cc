@@ -153,6 +153,11 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.log.duplicateStderrFilters = FilteredLog::parseList(text("duplicate_stderr_filters"));
   checkLogsSpecs(text("logs_specs"));
   cfg.eventLogHandler = parseEventLogHandler(text("event_log_handler"));
+  cfg.timeline = text("timeline");
+  if (!text("metrics_port").empty()) {
+    cfg.metrics.port = parseIntFlag("--metrics_port", text("metrics_port"), IntRange{0, 65535});
+  }
+  cfg.metrics.bindAddress = text("metrics_bind");
   cfg.numaBinding = parseNumaBinding(text("numa_binding"));
   cfg.logLevel = text("log_level");
   setupLogging(cfg.logLevel);

@@ -14,11 +14,13 @@
 #include <iostream>
 #include <random>
 
+#include "agent/agent_metrics.h"
 #include "agent/console_log_sink.h"
 #include "agent/console_writer.h"
 #include "agent/elastic_agent.h"
 #include "launcher/cli.h"
 #include "agent/posix_process_supervisor.h"
+#include "agent/timeline.h"
 #include "agent/worker_env.h"
 #include "common/error.h"
 #include "common/net.h"
@@ -119,6 +121,14 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   RunDir runDir(cfg);
   PosixProcessSupervisor supervisor(
       io, PosixProcessSupervisorOptions{defaultWatchdogPath(), runDir.temporary() ? runDir.path() : std::string()});
+  // Opened before anything starts, so that a path or port that cannot be used is exit 2 at once.
+  std::vector<std::shared_ptr<AgentObserver>> observers;
+  if (!cfg.timeline.empty()) observers.push_back(std::make_shared<TimelineWriter>(cfg.timeline));
+  if (cfg.metrics.port >= 0) {
+    auto metrics = std::make_shared<AgentMetrics>(cfg.metrics, cfg.nprocPerNode);
+    spdlog::info("metrics and probes on http://{}/metrics", metrics->address());
+    observers.push_back(std::move(metrics));
+  }
   MultiNodeRendezvous multiNode;
   std::unique_ptr<Rendezvous> rendezvous;
   if (cfg.multiNode) {
@@ -136,6 +146,8 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   for (const auto& [name, value] : multiNode.workerEnv) options.inherited.set(name, value);
   options.stdoutConsole = console;
   options.stderrConsole = consoleErr;
+  options.observers = observers;
+  options.nodeId = multiNode.nodeId;
   ElasticAgent agent(io, *rendezvous, supervisor, std::move(options));
 
   std::function<void()> waitForSignal = [&] {

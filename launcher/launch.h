@@ -30,6 +30,9 @@ struct MultiNodeRendezvous {
   // What the workers need of the backend beyond torchrun's contract (etcd: the store's key root,
   // TLS files and login), added to the environment the agent gives them.
   std::vector<std::pair<std::string, std::string>> workerEnv;
+  // This node's id in the job (host:pid:random): how the rendezvous, the status and the members of
+  // a round name it; the timeline says it too.
+  std::string nodeId;
 };
 
 using PostFn = std::function<void(std::function<void()>)>;

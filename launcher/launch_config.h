@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics_port.h"
 #include "agent/log_options.h"
 
 namespace ddprun {
@@ -72,6 +73,8 @@ struct LaunchConfig {
   LogOptions log;
   std::string logLevel = "warning";
   std::string eventLogHandler = "null";  // "null" or "console" (JSON lines on stderr)
+  std::string timeline;                  // --timeline FILE: this node's events as JSON lines
+  MetricsPortOptions metrics;            // --metrics_port (-1: none), --metrics_bind
 
   // CPU placement (--numa-binding)
   std::string numaBinding;               // "", node, socket, exclusive, core-complex

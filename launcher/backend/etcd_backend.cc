@@ -35,6 +35,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
   o.masterPort = findFreePort("");
   o.onFenceDeadline = std::move(fence);
   MultiNodeRendezvous out;
+  out.nodeId = o.nodeId;
   out.client = makeEtcdRendezvous(std::move(o), std::move(post));
   // The workers' store is on etcd too (worker_sdk/env.h): its key root, TLS files and login, in
   // the environment the agent gives them, not in ddprun's own.

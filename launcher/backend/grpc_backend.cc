@@ -74,6 +74,7 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   o.token = token;
   o.runId = cfg.runId;
   o.nodeId = newNodeId();
+  out.nodeId = o.nodeId;
   o.localWorldSize = cfg.nprocPerNode;
   o.rules = rulesOf(cfg);
   o.host = placement.address;

@@ -12,17 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/metrics_port.h"
 #include "netguard/connection_listener.h"  // ConnectionListenerStats
 #include "rendezvous/rules/job_event.h"
 #include "rendezvous/server/rendezvous_service.h"  // RendezvousService::JobGauge
 #include "store/run_scoped_store.h"  // RunScopedStore::Stats
 
 namespace ddprun {
-
-struct MetricsPortOptions {
-  int port = -1;                          // -1: no metrics port; 0: any free port
-  std::string bindAddress = "127.0.0.1";  // loopback unless told (a Kubernetes probe needs the pod address)
-};
 
 // Read at each scrape, outside every lock of the metrics.
 struct DaemonGauges {
