@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
@@ -74,7 +75,7 @@ std::string TimelineWriter::format(const AgentEvent& e, uint64_t n) {
       break;
     case K::kStraggler:
       o["rank"] = e.rank;
-      o["seconds"] = e.seconds;
+      o["step_us"] = static_cast<int64_t>(std::llround(e.seconds * 1e6));  // an integer: no 1.53E-2
       o["back"] = e.back;
       break;
     case K::kJobEnded: o["exit_status"] = e.exitStatus; break;

@@ -146,8 +146,16 @@ class ConnectionListener::Impl {
     relay_.reset();  // closes the relayed connections: gRPC sees them end
   }
 
-  ConnectionListenerStats stats() const {
+  // `open` counts the handed connections whose descriptor still is the socket handed over: gRPC
+  // closes a connection's descriptor without telling, so an entry outlives its connection until
+  // its number is reused. Entries found gone are dropped here (a scrape: one fstat per entry).
+  ConnectionListenerStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = handed_.begin(); it != handed_.end();) {
+      struct stat st{};
+      const bool same = ::fstat(it->first, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == it->second.inode;
+      it = same ? std::next(it) : handed_.erase(it);
+    }
     ConnectionListenerStats s = stats_;
     s.open = handed_.size();
     return s;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -30,16 +31,21 @@ std::string age(double seconds) {
   return buf;
 }
 
+// Durations as whole milliseconds (Boost.JSON writes doubles as 2.39785E-1); null when unknown.
+boost::json::value millis(double seconds) {
+  if (seconds < 0) return nullptr;
+  return static_cast<int64_t>(std::llround(seconds * 1000));
+}
+
 boost::json::object toJson(const pb::JobStatus& job) {
   boost::json::array nodes;
   for (const auto& n : job.nodes()) {
-    boost::json::object node{{"node_id", n.node_id()},
-                             {"host", n.host()},
-                             {"group_rank", n.group_rank()},
-                             {"state", n.state()},
-                             {"last_heartbeat_age_s", n.last_heartbeat_age_s()}};
-    node["lease_left_s"] = n.lease_left_s() < 0 ? boost::json::value(nullptr) : boost::json::value(n.lease_left_s());
-    nodes.push_back(std::move(node));
+    nodes.push_back(boost::json::object{{"node_id", n.node_id()},
+                                        {"host", n.host()},
+                                        {"group_rank", n.group_rank()},
+                                        {"state", n.state()},
+                                        {"last_heartbeat_age_ms", millis(n.last_heartbeat_age_s())},
+                                        {"lease_left_ms", millis(n.lease_left_s())}});
   }
   boost::json::value failure = nullptr;
   if (job.has_last_failure()) {
@@ -47,7 +53,7 @@ boost::json::object toJson(const pb::JobStatus& job) {
     failure = boost::json::object{{"seq", f.seq()},        {"kind", f.kind()},         {"node", f.node()},
                                   {"round", f.round()},    {"cause", f.cause()},       {"message", f.message()},
                                   {"rank", f.rank()},      {"exit_code", f.exit_code()}, {"signal", f.signal()},
-                                  {"age_s", f.age_s()}};
+                                  {"age_ms", millis(f.age_s())}};
   }
   return boost::json::object{{"run_id", job.run_id()},
                              {"phase", job.phase()},
@@ -74,7 +80,7 @@ void printTable(const pb::StatusReply& reply) {
       std::printf("  %-40s %-24s %5s  %-9s %s\n", "NODE", "HOST", "RANK", "STATE", "HEARTBEAT");
       std::fflush(stdout);
       for (const auto& n : job.nodes()) {
-        std::string heartbeat = age(n.last_heartbeat_age_s()) + " ago";
+        std::string heartbeat = n.last_heartbeat_age_s() < 0 ? "-" : age(n.last_heartbeat_age_s()) + " ago";
         if (n.lease_left_s() >= 0) heartbeat += ", lease " + age(n.lease_left_s()) + " left";
         std::printf("  %-40s %-24s %5s  %-9s %s\n", n.node_id().c_str(), n.host().c_str(),
                     n.group_rank() >= 0 ? std::to_string(n.group_rank()).c_str() : "-", n.state().c_str(),

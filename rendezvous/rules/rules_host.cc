@@ -180,7 +180,8 @@ Effects RulesHost::report(const std::string& nodeId, const AgentReport& r, Micro
 
 Effects RulesHost::leave(const std::string& nodeId, const std::string& reason, Micros now, bool saidSo) {
   const Before b = before();
-  const bool wasPresent = state_.isPresent(nodeId);
+  // Once the job is over, agents going away is how it ends: no node is lost then.
+  const bool wasPresent = state_.isPresent(nodeId) && b.phase != RendezvousState::Phase::kClosed;
   Effects fx = effectsOf(state_.leave(nodeId, reason, now, saidSo));
   if (!state_.hasNode(nodeId)) health_.forget(nodeId);
   std::vector<JobEvent> first;

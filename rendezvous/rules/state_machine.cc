@@ -374,13 +374,27 @@ std::optional<Micros> RendezvousState::nextDeadline() const {
   return next;
 }
 
+RendezvousState::NodeState RendezvousState::stateOf(const Node& node) const {
+  if (node.leaving) return NodeState::kLeaving;
+  if (node.stoppingRound != 0) return NodeState::kStopping;
+  if (node.groupRank >= 0 && phase_ == Phase::kRunning) return NodeState::kRunning;
+  return phase_ == Phase::kGathering ? NodeState::kGathering : NodeState::kStandby;
+}
+
 std::vector<RendezvousState::NodeStatus> RendezvousState::nodeStatus(std::size_t limit) const {
   std::vector<NodeStatus> out;
   for (const auto& [id, node] : nodes_) {
     if (out.size() >= limit) break;
-    out.push_back({id, node.info.host, node.groupRank, node.lastSeen, node.leaving, node.stoppingRound != 0});
+    out.push_back({id, node.info.host, node.groupRank, node.lastSeen, stateOf(node)});
   }
   return out;
+}
+
+std::array<int, static_cast<std::size_t>(RendezvousState::NodeState::kCount)> RendezvousState::nodeCountsByState()
+    const {
+  std::array<int, static_cast<std::size_t>(NodeState::kCount)> counts{};
+  for (const auto& [id, node] : nodes_) ++counts[static_cast<std::size_t>(stateOf(node))];
+  return counts;
 }
 
 std::optional<Micros> RendezvousState::lastSeen(const std::string& nodeId) const {

@@ -27,6 +27,7 @@
 //   when the budget is spent or min nodes never gathered.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -187,17 +188,27 @@ class RendezvousState {
   // Members of the running (or last) round, by group rank.
   const std::vector<std::string>& members() const { return members_; }
 
-  // What the status call shows of a node (read-only; no rule depends on it).
+  // What a node is doing, for the status call and the metrics (no rule depends on it).
+  enum class NodeState {
+    kRunning,    // a member of the running round
+    kStandby,    // in the job, not in the running round (it is full)
+    kGathering,  // waiting for the next round to form
+    kStopping,   // an interrupted round's workers may still run there
+    kLeaving,    // said it leaves, waits for its workers to stop
+    kCount
+  };
   struct NodeStatus {
     std::string nodeId;
     std::string host;
     int groupRank = -1;     // in the running round; -1: standing by or gathering
     Micros lastSeen{0};     // its last message, on this state's clock
-    bool leaving = false;   // said it leaves, waits for its workers to stop
-    bool stopping = false;  // an interrupted round's workers may still run there
+    NodeState state = NodeState::kGathering;
   };
   // At most `limit` nodes, by node id; nodeCount() says how many there are.
   std::vector<NodeStatus> nodeStatus(std::size_t limit) const;
+  // How many nodes are in each state (by NodeState), without copying any (a scrape of a
+  // 10,000-node job walks them under the service's lock).
+  std::array<int, static_cast<std::size_t>(NodeState::kCount)> nodeCountsByState() const;
   std::size_t nodeCount() const { return nodes_.size(); }
   // When the node was last heard from; nullopt when it is not in the job.
   std::optional<Micros> lastSeen(const std::string& nodeId) const;
@@ -221,6 +232,7 @@ class RendezvousState {
     bool leaving = false;   // said it leaves; waits only for its workers to stop
   };
 
+  NodeState stateOf(const Node& node) const;
   void beginGathering(Micros now, bool closeAtOnce);
   void maybeCloseGathering(Micros now, std::vector<Notice>* out);
   void closeRound(std::vector<Notice>* out);

@@ -36,9 +36,9 @@ class GaugeCollector final : public prometheus::Collectable {
     SampleFamily round("ddprun_job_round", "The job's current (or last) round number.", MetricType::Gauge);
     SampleFamily agents("ddprun_agents_connected", "Agent sessions open to the rendezvous, by job.", MetricType::Gauge);
     for (const auto& job : g.perJob) {
-      for (const auto& [state, count] : job.nodesByState) nodes.add(count, {{"job", job.runId}, {"state", state}});
-      round.add(static_cast<double>(job.round), {{"job", job.runId}, {"phase", job.phase}});
-      agents.add(job.agents, {{"job", job.runId}});
+      for (const auto& [state, count] : job.nodesByState) nodes.add(count, {{"run_id", job.runId}, {"state", state}});
+      round.add(static_cast<double>(job.round), {{"run_id", job.runId}, {"phase", job.phase}});
+      agents.add(job.agents, {{"run_id", job.runId}});
     }
     nodes.into(&out);
     round.into(&out);
@@ -108,7 +108,7 @@ class DaemonMetrics::Impl {
       : registry_(std::make_shared<prometheus::Registry>()),
         rounds_(prometheus::BuildCounter()
                     .Name("ddprun_rounds_formed_total")
-                    .Help("Rounds formed, by job.")
+                    .Help("Rounds formed, by job (run_id).")
                     .Register(*registry_)),
         restarts_(prometheus::BuildCounter()
                       .Name("ddprun_restarts_total")
@@ -220,8 +220,19 @@ class DaemonMetrics::Impl {
     const std::string& label = jobs_.count(runId) || jobs_.size() < kMaxJobSeries ? runId : kOther;
     auto [it, added] = jobs_.try_emplace(label);
     if (added) {
-      it->second.label = label;
-      it->second.rounds = &rounds_.Add({{"job", label}});
+      // Every series of the job from 0, so that rate() and increase() see its first event.
+      JobSeries& s = it->second;
+      s.label = label;
+      s.rounds = &rounds_.Add({{"run_id", label}});
+      for (const char* cause : {"worker_exit", "signal", "hang", "node_joined", "node_lost", "excluded"}) {
+        counter(restarts_, s.restarts, label, "cause", cause);
+      }
+      for (const char* cause : {"worker_exit", "signal", "hang", "node_lost", "fenced", "excluded"}) {
+        counter(failures_, s.failures, label, "cause", cause);
+      }
+      for (int k = 0; k <= static_cast<int>(JobEvent::Kind::kJobEnded); ++k) {
+        counter(events_, s.events, label, "kind", eventKindName(static_cast<JobEvent::Kind>(k)));
+      }
     }
     return it->second;
   }
@@ -230,7 +241,7 @@ class DaemonMetrics::Impl {
                                const char* labelName, const std::string& value) {
     auto it = known.find(value);
     if (it != known.end()) return *it->second;
-    prometheus::Counter& c = family.Add({{"job", job}, {labelName, value}});
+    prometheus::Counter& c = family.Add({{"run_id", job}, {labelName, value}});
     known.emplace(value, &c);
     return c;
   }

@@ -31,7 +31,8 @@ struct DaemonGauges {
 
 class DaemonMetrics {
  public:
-  // Jobs with series of their own; the events of any further job count under job="_other", so
+  // Jobs with series of their own (label run_id: Prometheus gives "job" to the scrape target);
+  // the events of any further job count under run_id="_other", so
   // that a daemon serving many jobs keeps its series bounded. No series is per node or per rank.
   static constexpr std::size_t kMaxJobSeries = 256;
 

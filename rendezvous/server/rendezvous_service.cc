@@ -237,9 +237,10 @@ class RendezvousService::Impl {
       if (out.size() >= maxJobs) break;
       const RendezvousState& state = job.host->state();
       JobGauge g{id, phaseName(state.phase()), state.round(), {}, static_cast<int>(job.sessions.size())};
-      std::map<std::string, int> counts;
-      for (const auto& n : state.nodeStatus(state.nodeCount())) ++counts[nodeStateName(state, n)];
-      g.nodesByState.assign(counts.begin(), counts.end());
+      const auto counts = state.nodeCountsByState();
+      for (std::size_t i = 0; i < counts.size(); ++i) {
+        g.nodesByState.emplace_back(nodeStateName(static_cast<RendezvousState::NodeState>(i)), counts[i]);
+      }
       out.push_back(std::move(g));
     }
     return out;

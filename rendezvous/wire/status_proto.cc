@@ -17,11 +17,17 @@ std::string boundedText(const std::string& text) {
 
 }  // namespace
 
-const char* nodeStateName(const RendezvousState& state, const RendezvousState::NodeStatus& n) {
-  if (n.leaving) return "leaving";
-  if (n.stopping) return "stopping";
-  if (n.groupRank >= 0 && state.phase() == RendezvousState::Phase::kRunning) return "running";
-  return state.phase() == RendezvousState::Phase::kGathering ? "gathering" : "standby";
+const char* nodeStateName(RendezvousState::NodeState state) {
+  using S = RendezvousState::NodeState;
+  switch (state) {
+    case S::kRunning: return "running";
+    case S::kStandby: return "standby";
+    case S::kGathering: return "gathering";
+    case S::kStopping: return "stopping";
+    case S::kLeaving: return "leaving";
+    case S::kCount: break;
+  }
+  return "unknown";
 }
 
 std::size_t statusNodeLimit(uint32_t requested) {
@@ -54,7 +60,7 @@ void toProto(const RendezvousState& state, Micros now, std::size_t maxNodes, con
     node->set_node_id(n.nodeId);
     node->set_host(n.host);
     node->set_group_rank(state.phase() == RendezvousState::Phase::kRunning ? n.groupRank : -1);
-    node->set_state(nodeStateName(state, n));
+    node->set_state(nodeStateName(n.state));
     node->set_last_heartbeat_age_s(seconds(now - n.lastSeen));
     node->set_lease_left_s(-1);
   }

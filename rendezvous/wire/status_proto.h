@@ -26,7 +26,7 @@ void toProto(const RendezvousState& state, Micros now, std::size_t maxNodes, con
 
 // "running", "standby", "gathering", "stopping", "leaving": a node's state in the status call
 // and the nodes-by-state metric.
-const char* nodeStateName(const RendezvousState& state, const RendezvousState::NodeStatus& node);
+const char* nodeStateName(RendezvousState::NodeState state);
 
 // "gathering", "running", "closed".
 const char* phaseName(RendezvousState::Phase phase);

@@ -44,7 +44,7 @@ class EtcdStatusTest(EtcdTestBase):
         self.assertEqual(sorted(n["group_rank"] for n in job["nodes"]), [0, 1])
         self.assertEqual({n["state"] for n in job["nodes"]}, {"running"})
         for n in job["nodes"]:
-            self.assertGreater(n["lease_left_s"], 0, job)
+            self.assertGreater(n["lease_left_ms"], 0, job)
         table = self.status("--rdzv_id=%s" % self.run_id)
         self.assertEqual(table.returncode, 0, table.stderr)
         for n in job["nodes"]:

@@ -159,3 +159,18 @@ TEST_CASE("job events: a node that says it leaves is lost once, a joiner interru
   fx = host.join(Admitted{nodeInfo("b"), r, ""}, sec(35));
   CHECK(render(fx.events) == Lines{"14 node_excluded b"});
 }
+
+// Prometheus showed it (test_observability): after a job succeeded, its agents' streams end, and
+// each counted as a node lost, a failure. Once the job is over, a node going is no event.
+TEST_CASE("job events: nodes that go after the job ended are not lost", "[rendezvous][events]") {
+  const auto r = elastic(2, 2, 0);
+  RulesHost host("job", r, sec(0));
+  host.join(Admitted{nodeInfo("a"), r, ""}, sec(0));
+  host.join(Admitted{nodeInfo("b"), r, ""}, sec(0));
+  host.report("a", AgentReport::succeeded(1), sec(1));
+  auto fx = host.report("b", AgentReport::succeeded(1), sec(1));
+  CHECK(render(fx.events) == Lines{"4 job_ended r1"});
+  CHECK(host.leave("a", "stream ended", sec(2)).events.empty());
+  CHECK(host.report("b", AgentReport::leave("done"), sec(2)).events.empty());
+  CHECK_FALSE(host.lastFailure());
+}
