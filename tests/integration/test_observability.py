@@ -60,6 +60,9 @@ scrape_configs:
   - job_name: %(job)s
     static_configs:
       - targets: ["127.0.0.1:%(port)d"]
+  - job_name: ddprun-agent
+    static_configs:
+      - targets: [%(agents)s]
 """
 
 # Rank 1 of the first attempt exits 3 when the file "fail" appears; every other start exits 0 when
@@ -115,6 +118,9 @@ class ObservabilityTest(ml.MultiNodeTestCase):
         self.token_path = self.write_file("token", self.token + "\n")
         self.jobs = []  # the agents
         self.procs = []  # the daemon and Prometheus
+        # Each agent's own metrics port (ddprun --metrics_port) and --timeline file.
+        self.agent_ports = [ml.free_port(), ml.free_port()]
+        self.timelines = [self.path("timeline_a.jsonl"), self.path("timeline_b.jsonl")]
 
     # --- processes -----------------------------------------------------------------------
     def start_daemon(self):
@@ -130,7 +136,8 @@ class ObservabilityTest(ml.MultiNodeTestCase):
         folder = self.path("prometheus")
         os.makedirs(folder)
         config = self.write_file("prometheus/prometheus.yml",
-                                 PROMETHEUS_YML % {"job": SCRAPE_JOB, "port": self.metrics_port})
+                                 PROMETHEUS_YML % {"job": SCRAPE_JOB, "port": self.metrics_port,
+                                                   "agents": ", ".join('"127.0.0.1:%d"' % p for p in self.agent_ports)})
         self.prom_port = ml.free_port()
         argv = [PROMETHEUS, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(folder, "data"),
                 "--web.listen-address=127.0.0.1:%d" % self.prom_port, "--log.level=warn"]
@@ -150,8 +157,9 @@ class ObservabilityTest(ml.MultiNodeTestCase):
     def start_job(self, port):
         prog = self.write_file("worker.sh", WORKER % {"d": self.tmp}, executable=True)
         conf = "is_host=0,token_file=" + self.token_path
-        self.jobs = [self.agent(tag, self.elastic_args(2, port, conf=conf, extra=["--max_restarts=2"]) + [prog])
-                     for tag in ("a", "b")]
+        self.jobs = [self.agent(tag, self.elastic_args(2, port, conf=conf, extra=[
+            "--max_restarts=2", "--metrics_port=%d" % self.agent_ports[i], "--timeline=" + self.timelines[i]]) + [prog])
+                     for i, tag in enumerate(("a", "b"))]
 
     # --- waiting and asking ---------------------------------------------------------------
     def wait_until(self, what, probe, timeout=ml.SAFETY_TIMEOUT_S):
@@ -207,6 +215,7 @@ class ObservabilityTest(ml.MultiNodeTestCase):
         self.write_file("fail", "rank 1 exits 3 now\n")
         self.check_restart()
         exposed = self.check_exposition()
+        self.check_agents()
         self.check_status()
         self.check_dashboard(exposed)
 
@@ -216,6 +225,56 @@ class ObservabilityTest(ml.MultiNodeTestCase):
         self.assert_no_leftovers(self.jobs)
         self.assertEqual(self.values('ddprun_restarts_total{run_id="%s",cause="worker_exit"}' % self.run_id), [1.0])
         self.check_after_the_end()
+        self.check_timelines()
+
+    def check_agents(self):
+        """Each agent's metrics port: Prometheus scrapes it, promtool accepts it, and it shows the
+        node's running worker and its one restart."""
+        self.wait_until("Prometheus to scrape both agents", lambda: self.values('sum(up{job="ddprun-agent"}) == 2'))
+        self.wait_until("both agents' restart in Prometheus",
+                        lambda: self.values('sum(ddprun_agent_restarts_total{job="ddprun-agent"}) == 2'))
+        for port in self.agent_ports:
+            self.assertEqual(http_get("http://127.0.0.1:%d/readyz" % port)[0], 200)
+            code, text = http_get("http://127.0.0.1:%d/metrics" % port)
+            self.assertEqual(code, 200)
+            res = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True,
+                                 timeout=ml.SAFETY_TIMEOUT_S)
+            self.assertEqual((res.returncode, res.stdout + res.stderr), (0, ""), "promtool on the agent's port")
+            self.assertIn('ddprun_agent_workers{state="running"} 1', text)
+            self.assertIn("ddprun_agent_restarts_total 1", text)
+            self.assertIn("process_resident_memory_bytes", text)
+        # The node whose rank failed counts it, by cause.
+        self.assertEqual(self.values('sum(ddprun_agent_worker_failures_total{cause="worker_exit"})'), [1.0])
+
+    def check_timelines(self):
+        """Both agents' --timeline files, merged in the job's event order, tell the job: round 1 on
+        both, rank 1 failing with exit code 3, the interruption, round 2 on both, the end (exit 0)."""
+        events = []
+        for path in self.timelines:
+            with open(path) as f:
+                lines = [json.loads(line) for line in f]
+            self.assertEqual([e["n"] for e in lines], list(range(1, len(lines) + 1)), path)
+            self.assertEqual([e["seq"] for e in lines], sorted(e["seq"] for e in lines), "out of order: %s" % path)
+            events += lines
+        events.sort(key=lambda e: (e["seq"], e["time"]))
+        kinds = [(e["event"], e.get("round")) for e in events]
+        failed = [e for e in events if e["event"] == "worker_failed"]
+        self.assertEqual([(e["rank"], e["exit_code"], e["cause"], e["round"]) for e in failed],
+                         [(1, 3, "worker_exit", 1)], events)
+        self.assertEqual(kinds.count(("round_formed", 1)), 2, kinds)
+        self.assertEqual(kinds.count(("round_formed", 2)), 2, kinds)
+        self.assertEqual(kinds.count(("job_ended", 2)), 2, kinds)
+        self.assertEqual({e["exit_status"] for e in events if e["event"] == "job_ended"}, {0})
+        first_failure = kinds.index(("worker_failed", 1))
+        self.assertLess(max(i for i, k in enumerate(kinds) if k == ("round_formed", 1)), first_failure, kinds)
+        self.assertLess(first_failure, min(i for i, k in enumerate(kinds) if k == ("round_formed", 2)), kinds)
+        # The other node heard of it as the interruption of round 1.
+        other = [e for e in events if e["event"] == "round_interrupted" and e["node"] != failed[0]["node"]]
+        self.assertEqual(len(other), 1, events)
+        self.assertIn("failed", other[0]["reason"])
+        members = [e["members"] for e in events if e["event"] == "round_formed"]
+        self.assertEqual(len({tuple(m) for m in members}), 1, members)
+        self.assertEqual(sorted(members[0]), sorted({e["node"] for e in events}), members)
 
     def check_after_the_end(self):
         """Two bugs Prometheus showed (each failed here before its fix): a job that succeeded counted
