@@ -122,7 +122,8 @@ class ConnectionListener::Impl {
   void start(grpc::Server* server) {
     server_ = server;
     if (options_.relay) {
-      relay_ = std::make_unique<ConnectionRelay>(options_.abuse, [this](const std::string& address, const std::string& why) {
+      relay_ = std::make_unique<ConnectionRelay>(options_.abuse, RelayToken{options_.tokenMetadataKey, options_.token},
+                                                 [this](const std::string& address, const std::string& why) {
         {
           std::lock_guard<std::mutex> lock(mu_);
           ++stats_.relayCutForAbuse;
@@ -310,7 +311,13 @@ class ConnectionListener::Impl {
       }
       UniqueFd conn(fd);
       std::string address = peerOf(conn.get());
-      if (penalized(address, now)) continue;  // closed here, before it costs anything
+      if (penalized(address, now)) {  // closed here, before it costs anything
+        if (auto held = refusedLog_.allow(now)) {
+          spdlog::warn("rendezvous: refused a connection from {}: the address broke the call limits lately{}", address,
+                       heldBackNote(*held));
+        }
+        continue;
+      }
       if (atCap()) {
         count(&ConnectionListenerStats::refusedAtCap);
         if (auto held = capLog_.allow(now)) {
@@ -347,6 +354,14 @@ class ConnectionListener::Impl {
     ::shutdown(fd, SHUT_WR);
   }
 
+  // Every connection the front door closes is counted and said, a line per 10 s for each reason.
+  void closedSilent(const Pending& p, const char* why, Clock::time_point now) {
+    count(&ConnectionListenerStats::closedSilent);
+    if (auto held = silentLog_.allow(now)) {
+      spdlog::info("rendezvous: closed a connection from {}: {}{}", p.address, why, heldBackNote(*held));
+    }
+  }
+
   // Hands over the connections whose preface is there; closes the silent and the closed ones.
   // polls[1 + listeners + i] is pending_[i]'s.
   void checkPending(const std::vector<pollfd>& polls, Clock::time_point now) {
@@ -364,16 +379,16 @@ class ConnectionListener::Impl {
           continue;
         }
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          count(&ConnectionListenerStats::closedSilent);
+          closedSilent(p, "it closed before sending the HTTP/2 preface", now);
           continue;
         }
         p.nextPeek = now + std::chrono::milliseconds(20);
       } else if (revents & (POLLERR | POLLHUP)) {
-        count(&ConnectionListenerStats::closedSilent);
+        closedSilent(p, "it closed before sending the HTTP/2 preface", now);
         continue;
       }
       if (now >= p.deadline) {
-        count(&ConnectionListenerStats::closedSilent);
+        closedSilent(p, "no HTTP/2 preface within the handshake timeout", now);
         continue;
       }
       keep.push_back(std::move(p));
@@ -463,7 +478,7 @@ class ConnectionListener::Impl {
   std::size_t baseline_ = 0;      // descriptors open before the first connection
   std::size_t estimate_ = 0;      // accept thread only
   // One line per 10 s for each event a flood repeats; the next line counts what was held back.
-  LogLimiter acceptErrorLog_, capLog_, penaltyLog_;
+  LogLimiter acceptErrorLog_, capLog_, penaltyLog_, refusedLog_, silentLog_;
   mutable std::mutex mu_;
   ConnectionListenerStats stats_;
   // Connections handed to gRPC, by descriptor number: who connected, the socket's inode, and the

@@ -39,6 +39,11 @@ struct ConnectionListenerOptions {
   // The server checks a job token: a relayed connection may open only untrustedCallBurst streams
   // until admitCall sees its first call with the valid token.
   bool tokenRequired = false;
+  // The token itself, and the request header that carries it: the relay trusts a connection whose
+  // first request headers carry it, before gRPC reads them (token_recognizer.h). Empty: it waits
+  // for the server's admitCall, as before.
+  std::string token;
+  std::string tokenMetadataKey;
 };
 
 struct ConnectionListenerStats {

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/http2_refusal.h"
 #include "netguard/http2_frames.h"
+#include "netguard/token_recognizer.h"
 
 namespace ddprun {
 namespace {
@@ -58,6 +59,8 @@ struct Relayed {
   TokenBucket streams;
   TokenBucket control;
   bool trusted = false;
+  // While not trusted: looks for the job token in its request headers (token_recognizer.h).
+  std::unique_ptr<TokenRecognizer> recognizer;
   // Streams of the chunk read last that wait for the untrusted connections' shared budget; while
   // not 0 nothing more is read from the client and nothing is passed to gRPC.
   double heldStreams = 0;
@@ -73,8 +76,10 @@ uint64_t key(uint64_t id, bool inner) { return (id << 1) | (inner ? 1 : 0); }
 
 class ConnectionRelay::Impl {
  public:
-  Impl(AbuseLimits limits, std::function<void(const std::string&, const std::string&)> onAbuse)
+  Impl(AbuseLimits limits, RelayToken token, std::function<void(const std::string&, const std::string&)> onAbuse)
       : limits_(limits),
+        tokenKey_(std::move(token.metadataKey)),
+        token_(std::move(token.value)),
         onAbuse_(std::move(onAbuse)),
         untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()) {
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -108,7 +113,8 @@ class ConnectionRelay::Impl {
                                                            Clock::now()),
                                                TokenBucket(limits_.controlFramesPerSecond, limits_.controlFrameBurst,
                                                            Clock::now()),
-                                               trusted});
+                                               trusted, nullptr});
+    if (!trusted && !token_.empty()) r->recognizer = std::make_unique<TokenRecognizer>(tokenKey_, token_);
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -144,9 +150,6 @@ class ConnectionRelay::Impl {
 
  private:
   static constexpr uint64_t kWakeKey = ~uint64_t{0};
-  // Unauthenticated connections that may wait for the shared stream budget at once; more are
-  // closed (each holds three descriptors and a chunk while it waits).
-  static constexpr std::size_t kMaxHeld = 256;
 
   void wake() {
     uint64_t one = 1;
@@ -204,13 +207,18 @@ class ConnectionRelay::Impl {
     for (uint64_t id : trusting) {
       auto it = conns_.find(id);
       if (it == conns_.end()) continue;
-      Relayed& r = *it->second;
-      r.trusted = true;
-      r.streams = TokenBucket(limits_.callsPerSecond, limits_.callBurst, Clock::now());
-      if (r.heldStreams > 0) release(r);
+      makeTrusted(*it->second);
+      if (it->second->heldStreams > 0) release(*it->second);
     }
     for (uint64_t id : closing) drop(id, false);
     return true;
+  }
+
+  void makeTrusted(Relayed& r) {
+    if (r.trusted) return;
+    r.trusted = true;
+    r.recognizer.reset();
+    r.streams = TokenBucket(limits_.callsPerSecond, limits_.callBurst, Clock::now());
   }
 
   void serve(Relayed& r, bool innerSide, uint32_t events) {
@@ -221,8 +229,7 @@ class ConnectionRelay::Impl {
     bool progress = false;
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0) {
       const char* abuse = nullptr;
-      bool overloaded = false;
-      if (!readInto(r, from, in, !innerSide, &progress, &abuse, &overloaded) || overloaded) return drop(r.id, false);
+      if (!readInto(r, from, in, !innerSide, &progress, &abuse)) return drop(r.id, false);
       if (abuse) return cutForAbuse(r.id, abuse);
     }
     const bool held = r.heldStreams > 0;  // toServer waits for the shared budget
@@ -240,8 +247,7 @@ class ConnectionRelay::Impl {
 
   // Reads what fits into `in`; from the client, counts frames against the limits and stops at
   // the first chunk that breaks them (*abuse says which; that chunk is not passed on).
-  bool readInto(Relayed& r, Side& from, Buffer& in, bool fromClient, bool* progress, const char** abuse,
-                bool* overloaded) {
+  bool readInto(Relayed& r, Side& from, Buffer& in, bool fromClient, bool* progress, const char** abuse) {
     char chunk[65536];
     while (in.room() > 0) {
       const std::size_t want = std::min(sizeof(chunk), in.room());
@@ -268,14 +274,23 @@ class ConnectionRelay::Impl {
           *abuse = why;
           return true;
         }
+        if (r.recognizer) {
+          // The job token in this chunk's request headers: trusted before its streams are counted
+          // against the strangers' budget. A connection that gave up looking waits as before.
+          const auto verdict = r.recognizer->feed(chunk, static_cast<std::size_t>(n));
+          if (verdict == TokenRecognizer::Verdict::kFound) {
+            makeTrusted(r);
+            std::lock_guard<std::mutex> lock(mu_);
+            ++stats_.recognized;
+          } else if (verdict == TokenRecognizer::Verdict::kGaveUp) {
+            r.recognizer.reset();
+          }
+        }
         if (!r.trusted && counts.newStreams > 0 && !untrusted_.take(static_cast<double>(counts.newStreams), now)) {
           // All unauthenticated connections together are over their budget: hold this chunk and
-          // stop reading until the budget has refilled enough for it (releaseDue).
-          if (timers_.size() >= kMaxHeld) {
-            *abuse = nullptr;
-            *overloaded = true;  // too many wait already: this one is closed (no penalty)
-            return true;
-          }
+          // stop reading until the budget has refilled enough for it (releaseDue). Holding costs
+          // nothing but the chunk in the connection's own bounded buffer, so every connection may
+          // wait (a cap here closed the agents of a mass start past about 1,300: issue #24).
           in.bytes.insert(in.bytes.end(), chunk, chunk + n);
           hold(r, static_cast<double>(counts.newStreams), now);
           return true;
@@ -403,6 +418,8 @@ class ConnectionRelay::Impl {
   }
 
   AbuseLimits limits_;
+  const std::string tokenKey_;
+  const std::string token_;  // empty: no token to look for
   std::function<void(const std::string&, const std::string&)> onAbuse_;
   UniqueFd epoll_;
   UniqueFd wake_;
@@ -419,9 +436,9 @@ class ConnectionRelay::Impl {
   std::thread thread_;
 };
 
-ConnectionRelay::ConnectionRelay(AbuseLimits limits,
+ConnectionRelay::ConnectionRelay(AbuseLimits limits, RelayToken token,
                                  std::function<void(const std::string& address, const std::string& why)> onAbuse)
-    : impl_(std::make_unique<Impl>(limits, std::move(onAbuse))) {}
+    : impl_(std::make_unique<Impl>(limits, std::move(token), std::move(onAbuse))) {}
 ConnectionRelay::~ConnectionRelay() = default;
 ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address, bool trusted) {
   return impl_->add(std::move(client), address, trusted);

@@ -27,6 +27,14 @@ struct ConnectionRelayStats {
   uint64_t relayed = 0;         // connections ever added
   uint64_t open = 0;            // connections relayed now
   uint64_t closedForAbuse = 0;  // cut for breaking the stream or control-frame limits
+  uint64_t recognized = 0;      // trusted at once: the job token was in their request headers
+};
+
+// The job token, and the request header that carries it, for the relay to recognize an agent at
+// its first stream (token_recognizer.h). An empty value: none to look for.
+struct RelayToken {
+  std::string metadataKey;
+  std::string value;
 };
 
 class ConnectionRelay {
@@ -34,7 +42,8 @@ class ConnectionRelay {
   static constexpr std::size_t kBufferBytes = 256 * 1024;
   // `onAbuse(address, why)` runs on the relay's thread, with no lock of the relay held, after a
   // connection was cut for breaking the limits.
-  ConnectionRelay(AbuseLimits limits, std::function<void(const std::string& address, const std::string& why)> onAbuse);
+  ConnectionRelay(AbuseLimits limits, RelayToken token,
+                  std::function<void(const std::string& address, const std::string& why)> onAbuse);
   ~ConnectionRelay();  // closes every relayed connection
   ConnectionRelay(const ConnectionRelay&) = delete;
   ConnectionRelay& operator=(const ConnectionRelay&) = delete;
@@ -44,7 +53,9 @@ class ConnectionRelay {
     uint64_t id = 0;    // names the connection in close()
   };
   // Relays `client` (a connected socket from `address`; the relay owns it from here on). With
-  // `trusted` false the connection may open only untrustedCallBurst streams until trust(id).
+  // `trusted` false the connection may open only untrustedCallBurst streams, drawing on the
+  // budget all untrusted connections share, until trust(id) or until its request headers carry
+  // the job token.
   Added add(UniqueFd client, const std::string& address, bool trusted);
   // Cuts connection `id` (from any thread; the relay's thread closes it soon after). Unknown or
   // closed ids are ignored.

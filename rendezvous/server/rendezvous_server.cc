@@ -52,6 +52,8 @@ class RendezvousServer::Impl {
     if (options_.handshakeTimeout.count() > 0) listen.handshakeTimeout = options_.handshakeTimeout;
     listen.abuse = options_.abuse;
     listen.tokenRequired = !options_.token.empty();
+    listen.token = options_.token;
+    listen.tokenMetadataKey = kTokenMetadataKey;
     // On unless explicitly off: a loopback daemon without a token is not safe either (a shared
     // login node's other users reach it), and without the guard gRPC 1.51 grows without bound
     // under rapid reset (docs/rendezvous.md, "The guard is on by default").

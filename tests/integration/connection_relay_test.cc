@@ -80,7 +80,7 @@ const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 TEST_CASE("the relay passes bytes both ways in order, larger than its buffers, and passes half-closes",
           "[rendezvous][relay]") {
-  ConnectionRelay relay(AbuseLimits{}, nullptr);
+  ConnectionRelay relay(AbuseLimits{}, {}, nullptr);
   Pair client = makePair();
   auto added = relay.add(std::move(client.relay), "192.0.2.9", true);
   REQUIRE(added.grpcSide);
@@ -125,7 +125,7 @@ TEST_CASE("the relay cuts a connection that opens streams faster than allowed, b
   limits.callsPerSecond = 1;
   std::mutex mu;
   std::string offender, reason;
-  ConnectionRelay relay(limits, [&](const std::string& address, const std::string& why) {
+  ConnectionRelay relay(limits, {}, [&](const std::string& address, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu);
     offender = address;
     reason = why;
@@ -162,7 +162,7 @@ TEST_CASE("the relay cuts a connection that opens streams faster than allowed, b
 }
 
 TEST_CASE("close() cuts a relayed connection from another thread", "[rendezvous][relay]") {
-  ConnectionRelay relay(AbuseLimits{}, nullptr);
+  ConnectionRelay relay(AbuseLimits{}, {}, nullptr);
   Pair client = makePair();
   auto added = relay.add(std::move(client.relay), "192.0.2.7", true);
   REQUIRE(added.grpcSide);
@@ -185,7 +185,7 @@ TEST_CASE("an untrusted connection may open only a few streams until trust(), th
   limits.untrustedCallBurst = 4;
   limits.callBurst = 50;
   limits.callsPerSecond = 0.001;
-  ConnectionRelay relay(limits, nullptr);
+  ConnectionRelay relay(limits, {}, nullptr);
 
   // Untrusted: the fifth stream cuts the connection.
   Pair cut = makePair();
