@@ -150,7 +150,6 @@ class AgentMetrics::Impl {
     MetricsEndpoint::Options o;
     o.bindAddress = options.bindAddress;
     o.port = options.port;
-    o.threads = 2;
     o.requestTimeout = std::chrono::milliseconds(2000);
     endpoint_ = std::make_unique<MetricsEndpoint>(o, std::vector<std::weak_ptr<prometheus::Collectable>>{state_, process_},
                                                   [state = state_] { return state->running(); });

@@ -1,22 +1,27 @@
-// MetricsEndpoint on civetweb: one request handler for every path and method, answers written
-// whole with their Content-Length, and civetweb's log lines sent to spdlog instead of stdout.
+// MetricsEndpoint on Boost.Beast: one io_context on one thread. Each connection reads one request
+// under a deadline, gets one answer written whole, and is closed (no keep-alive), so a connection
+// that sends nothing costs a socket and a timer and never holds up anyone else. Stopping is
+// io_context::stop() and a join: no polling loop to wait out.
 #include "metrics/metrics_endpoint.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <CivetServer.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <cctype>
-#include <optional>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
 #include <string_view>
-#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -27,176 +32,260 @@ namespace ddprun {
 
 namespace {
 
-constexpr unsigned kCivetFeatureIpv6 = 8;  // mg_check_feature()'s bit for IPv6 (civetweb.h)
-// The largest request line plus headers civetweb reads: scrapers and probes send a few short ones.
-constexpr int kMaxRequestBytes = 4096;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+// The largest request line plus headers read: scrapers and probes send a few short ones.
+constexpr std::uint32_t kMaxHeaderBytes = 4096;
 constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
+// Connections taken from the backlog before other handlers get a turn (a connect flood).
+constexpr int kAcceptBatch = 64;
+// accept() failing for want of resources (file descriptors): the pending connections stay queued,
+// and accepting resumes after this instead of spinning.
+constexpr std::chrono::milliseconds kAcceptRetry{100};
 
 struct Reply {  // the default: a collectable or the readiness check threw
-  int status = 500;
-  const char* reason = "Internal Server Error";
+  http::status status = http::status::internal_server_error;
   std::string body = "internal error\n";
   const char* contentType = "text/plain; charset=utf-8";
-  const char* extraHeaders = "";
+  bool allow = false;  // 405: name the methods that are
 };
 
-void respond(mg_connection* conn, bool head, const Reply& reply) {
-  const std::string header = "HTTP/1.1 " + std::to_string(reply.status) + " " + reply.reason +
-                             "\r\nContent-Type: " + reply.contentType +
-                             "\r\nContent-Length: " + std::to_string(reply.body.size()) +
-                             "\r\nCache-Control: no-store\r\nConnection: close\r\n" + reply.extraHeaders + "\r\n";
-  // A client that went away is no error of ours: write results are not checked.
-  mg_write(conn, header.data(), header.size());
-  if (!head) mg_write(conn, reply.body.data(), reply.body.size());
+// The whole answer, Content-Length included; a HEAD answer has the GET answer's headers only.
+http::message_generator toMessage(Reply reply, bool head) {
+  http::response_header<> header;
+  header.version(11);
+  header.result(reply.status);
+  header.set(http::field::content_type, reply.contentType);
+  header.set(http::field::content_length, std::to_string(reply.body.size()));
+  header.set(http::field::cache_control, "no-store");
+  header.set(http::field::connection, "close");
+  if (reply.allow) header.set(http::field::allow, "GET, HEAD");
+  if (head) return http::response<http::empty_body>(std::move(header));
+  return http::response<http::string_body>(std::move(header), std::move(reply.body));
 }
 
-// civetweb's start failures read "cannot bind to 127.0.0.1:9999: 98 (Address already in use)":
-// the text in the last parentheses is the reason; other messages are the reason as they are.
-std::string startFailureReason(std::string message) {
-  if (message.empty()) return "civetweb could not start";
-  if (message.find("invalid port spec") != std::string::npos)
-    return "not an IPv4 address or a host name that resolves";
-  const auto open = message.rfind('(');
-  if (message.back() == ')' && open != std::string::npos) message = message.substr(open + 1, message.size() - open - 2);
-  if (!message.empty()) message[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(message[0])));
-  return message;
-}
-
-// The address that reaches the listening socket (loopback for a wildcard bind), IPv4 only as
-// civetweb binds.
-std::optional<sockaddr_in> reachableAddress(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host == "0.0.0.0" ? "127.0.0.1" : host.c_str(), nullptr, &hints, &found) != 0 || !found)
-    return std::nullopt;
-  sockaddr_in address = *reinterpret_cast<const sockaddr_in*>(found->ai_addr);
-  ::freeaddrinfo(found);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  return address;
-}
-
-// One connection, closed at once: readiness for the accept loop's poll.
-void poke(const sockaddr_in& address) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  const timeval limit{0, 100'000};  // connect() honours the send timeout
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
-  ::close(fd);
+bool transientAcceptError(int err) {
+  // accept(2): Linux reports the new connection's pending network errors from accept(); the
+  // listening socket is fine, take the next one.
+  switch (err) {
+    case EINTR: case ECONNABORTED: case EPROTO: case EPERM: case ENETDOWN: case ENOPROTOOPT:
+    case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
 
-class MetricsEndpoint::Server final : public CivetServer {
+class MetricsEndpoint::Server {
  public:
-  Server(const std::vector<std::string>& options, const CivetCallbacks& callbacks, MetricsEndpoint& endpoint)
-      : CivetServer(options, &callbacks, &endpoint) {
-    // The C API, not addHandler(): a CivetHandler sees only the seven methods it names, and every
-    // method but GET and HEAD must get 405. "/" matches every path.
-    mg_set_request_handler(context, "/", &Server::handle, &endpoint);
-  }
-  // Stops the threads while this object is whole: they call into the endpoint until then.
-  // civetweb's accept loop polls in 2 s slices and reads its stop flag in between; connections to
-  // the listening socket while close() runs wake it at once, which cuts a stop from up to 2 s to
-  // milliseconds (an agent's exit waits for it).
-  ~Server() override {
-    std::atomic<bool> closed{false};
-    std::optional<std::thread> waker;
-    try {
-      if (wake_) waker.emplace([&] {
-        while (!closed) {
-          poke(*wake_);
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-      });
-    } catch (const std::system_error&) {  // no thread: the stop just takes longer
+  // Binds and listens on the first of `host`'s addresses that can be bound, and starts the thread.
+  // Throws boost::system::system_error when none can.
+  Server(const MetricsEndpoint& endpoint, const std::string& host, int port) : endpoint_(endpoint) {
+    boost::system::error_code ec;
+    std::vector<tcp::endpoint> candidates;
+    if (const auto ip = asio::ip::make_address(host, ec); !ec) {
+      candidates.emplace_back(ip, static_cast<unsigned short>(port));
+    } else {
+      for (const auto& entry : tcp::resolver(io_).resolve(host, std::to_string(port))) candidates.push_back(entry);
     }
-    close();
-    closed = true;
-    if (waker) waker->join();
-  }
-
-  // Where close() connects to wake the accept loop; none: the stop takes up to 2 s.
-  void setWakeAddress(std::optional<sockaddr_in> address) { wake_ = address; }
-
-  static int handle(mg_connection* conn, void* cbdata) {
-    const auto& self = *static_cast<const MetricsEndpoint*>(cbdata);
-    const mg_request_info* request = mg_get_request_info(conn);
-    const std::string_view method = request->request_method;
-    const std::string_view path = request->local_uri ? request->local_uri : "";
-    Reply reply;
-    try {  // nothing may unwind through civetweb's C frames
-      reply = answer(self, method, path);
-    } catch (const std::exception& e) {
-      spdlog::warn("metrics endpoint: cannot answer {} {}: {}", method, path, e.what());
-    } catch (...) {
-      spdlog::warn("metrics endpoint: cannot answer {} {}: unknown exception", method, path);
+    for (const auto& where : candidates) {
+      acceptor_.close(ec);
+      if (!(ec = listen(where))) break;
     }
-    respond(conn, method == "HEAD", reply);
-    return reply.status;  // > 0: handled; civetweb logs it as the status
+    if (ec) throw boost::system::system_error(ec);
+    protocol_ = acceptor_.local_endpoint().protocol();
+    port_ = acceptor_.local_endpoint().port();
+    waitForConnection();
+    thread_ = std::thread([this] { run(); });
+  }
+  // The thread stops between two handlers: a running scrape finishes, nothing else is waited for.
+  // The io_context's destructor then closes every connection its pending handlers hold.
+  ~Server() {
+    io_.stop();
+    thread_.join();
+  }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  class Connection;
+
+  // A listening socket that is not inherited by the processes the agent starts: Asio's own
+  // open() and accept() leave FD_CLOEXEC off.
+  boost::system::error_code listen(const tcp::endpoint& where) {
+    boost::system::error_code ec;
+    const int fd = ::socket(where.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return {errno, boost::system::system_category()};
+    if (acceptor_.assign(where.protocol(), fd, ec)) {
+      ::close(fd);
+      return ec;
+    }
+    acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(where, ec);
+    if (!ec) acceptor_.listen(tcp::acceptor::max_listen_connections, ec);
+    return ec;
   }
 
-  static int log(const mg_connection* conn, const char* message) {
-    const auto* server = static_cast<const CivetServer*>(mg_get_user_data(mg_get_context(conn)));
-    if (server && server->getUserContext())
-      static_cast<const MetricsEndpoint*>(server->getUserContext())->noteCivetMessage(message);
-    return 1;  // handled: civetweb prints nothing
+  void run() {
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {  // a handler failed (memory): keep serving the others
+        spdlog::warn("metrics endpoint: {}", e.what());
+      }
+    }
+  }
+
+  void waitForConnection() {
+    acceptor_.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
+      if (!ec) acceptPending();
+    });
+  }
+
+  // Takes connections until the backlog is empty: Asio's epoll is edge-triggered, so a wait
+  // started while connections are still queued would not complete before the next one came.
+  void acceptPending();
+
+  Reply answer(std::string_view method, std::string_view path) const {
+    if (path != "/metrics" && path != "/healthz" && path != "/readyz") return {http::status::not_found, "not found\n"};
+    if (method != "GET" && method != "HEAD")
+      return {http::status::method_not_allowed, "method not allowed\n", "text/plain; charset=utf-8", true};
+    if (path == "/metrics") return {http::status::ok, endpoint_.scrape(), kMetricsContentType};
+    if (path == "/healthz") return {http::status::ok, "ok\n"};
+    if (endpoint_.ready()) return {http::status::ok, "ready\n"};
+    return {http::status::service_unavailable, "not ready\n"};
+  }
+
+  const MetricsEndpoint& endpoint_;
+  // Open connections; touched by the thread, and by ~io_context (after the join) as the
+  // connections go: declared before io_ so that it outlives them.
+  int open_ = 0;
+  bool acceptFailing_ = false;
+  asio::io_context io_{1};  // the hint: one thread runs it
+  tcp::acceptor acceptor_{io_};
+  asio::steady_timer retry_{io_};
+  tcp protocol_ = tcp::v4();
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// One request and its answer. Owned by its pending handlers: it goes, and its socket closes,
+// when the last one has run.
+class MetricsEndpoint::Server::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Server& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
+    ++server_.open_;
+    parser_.header_limit(kMaxHeaderBytes);
+    parser_.body_limit(0);  // GET and HEAD have no body
+  }
+  ~Connection() { --server_.open_; }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void start() {
+    stream_.expires_after(server_.endpoint_.options_.requestTimeout);
+    http::async_read(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->onRequest(ec);
+    });
   }
 
  private:
-  static Reply answer(const MetricsEndpoint& self, std::string_view method, std::string_view path) {
-    if (path != "/metrics" && path != "/healthz" && path != "/readyz") return Reply{404, "Not Found", "not found\n"};
-    if (method != "GET" && method != "HEAD")
-      return Reply{405, "Method Not Allowed", "method not allowed\n", "text/plain; charset=utf-8", "Allow: GET, HEAD\r\n"};
-    if (path == "/metrics") return Reply{200, "OK", self.scrape(), kMetricsContentType};
-    if (path == "/healthz") return Reply{200, "OK", "ok\n"};
-    if (self.ready()) return Reply{200, "OK", "ready\n"};
-    return Reply{503, "Service Unavailable", "not ready\n"};
+  void onRequest(beast::error_code ec) {
+    // Timed out, went away or sent half a request: nobody to answer.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message) return;
+    if (ec && ec.category() != http::make_error_code(http::error::bad_method).category()) return;
+    Reply reply;
+    bool head = false;
+    // A request with a body is answered from its headers, which body_limit comes after (405 or
+    // 404: only GET and HEAD succeed).
+    if (ec && ec != http::error::body_limit) {  // not HTTP, or too large
+      reply = {http::status::bad_request, "bad request\n"};
+    } else {
+      const auto& request = parser_.get();
+      const std::string_view method = request.method_string();
+      std::string_view path = request.target();
+      path = path.substr(0, path.find('?'));
+      head = method == "HEAD";
+      try {
+        reply = server_.answer(method, path);
+      } catch (const std::exception& e) {
+        spdlog::warn("metrics endpoint: cannot answer {} {}: {}", method, path, e.what());
+      } catch (...) {
+        spdlog::warn("metrics endpoint: cannot answer {} {}: unknown exception", method, path);
+      }
+    }
+    stream_.expires_after(server_.endpoint_.options_.requestTimeout);
+    beast::async_write(stream_, toMessage(std::move(reply), head),
+                       [self = shared_from_this()](beast::error_code, std::size_t) {
+                         // A client that went away is no error of ours. The FIN follows the
+                         // answer; the socket closes as this object goes.
+                         boost::system::error_code ignored;
+                         self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                       });
   }
 
-  std::optional<sockaddr_in> wake_;
+  Server& server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_{2 * kMaxHeaderBytes};
+  http::request_parser<http::empty_body> parser_;
 };
+
+void MetricsEndpoint::Server::acceptPending() {
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    const int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return waitForConnection();
+    if (fd < 0 && transientAcceptError(errno)) continue;
+    if (fd < 0) {
+      if (!acceptFailing_) spdlog::warn("metrics endpoint: cannot accept connections: {}", std::strerror(errno));
+      acceptFailing_ = true;
+      retry_.expires_after(kAcceptRetry);
+      retry_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) acceptPending();
+      });
+      return;
+    }
+    acceptFailing_ = false;
+    if (open_ >= endpoint_.options_.maxConnections) {
+      ::close(fd);  // over the bound: closed at once, costs nothing
+      continue;
+    }
+    tcp::socket socket(io_);
+    boost::system::error_code ec;
+    if (socket.assign(protocol_, fd, ec)) {
+      ::close(fd);
+      continue;
+    }
+    std::make_shared<Connection>(*this, std::move(socket))->start();
+  }
+  asio::post(io_, [this] { acceptPending(); });
+}
 
 MetricsEndpoint::MetricsEndpoint(Options options, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
                                  Readiness readiness)
     : options_(std::move(options)), collectables_(std::move(collectables)), readiness_(std::move(readiness)) {
   const std::string& host = options_.bindAddress;
-  const auto fail = [&](const std::string& why) {
+  const auto fail = [&](std::string why) {
+    if (!why.empty()) why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
     return ConfigError("cannot serve metrics on " + joinHostPort(host, options_.port) + ": " + why);
   };
-  // civetweb reads listening_ports as a comma-separated list: one address, one port, nothing more.
-  if (host.empty() || host.find_first_of(", \t") != std::string::npos) throw fail("bad bind address");
+  if (host.empty()) throw fail("empty bind address");
   if (options_.port < 0 || options_.port > 65535) throw fail("port out of range");
-  if (options_.threads < 1 || options_.maxQueuedConnections < 1 || options_.requestTimeout.count() < 1)
-    throw fail("threads, queued connections and the request timeout must be positive");
-  const bool ipv6 = host.find(':') != std::string::npos;
-  if (ipv6 && mg_check_feature(kCivetFeatureIpv6) == 0)
-    throw fail("this civetweb (" CIVETWEB_VERSION ") is built without IPv6; use an IPv4 address");
-
-  const std::string queue = std::to_string(options_.maxQueuedConnections);
-  const std::vector<std::string> civetOptions = {
-      "listening_ports", joinHostPort(host, options_.port),
-      "num_threads", std::to_string(options_.threads),
-      "connection_queue", queue,
-      "listen_backlog", queue,
-      "request_timeout_ms", std::to_string(options_.requestTimeout.count()),
-      "enable_keep_alive", "no",  // a connection holds a worker: one request each, then closed
-      "max_request_size", std::to_string(kMaxRequestBytes),
-  };
-  CivetCallbacks callbacks;
-  callbacks.log_message = &Server::log;
+  if (options_.maxConnections < 1 || options_.requestTimeout.count() < 1)
+    throw fail("the connection bound and the request timeout must be positive");
   try {
-    server_ = std::make_unique<Server>(civetOptions, callbacks, *this);
-  } catch (const CivetException&) {
-    std::lock_guard lock(civetMessageMutex_);
-    throw fail(startFailureReason(firstCivetMessage_));
+    server_ = std::make_unique<Server>(*this, host, options_.port);
+  } catch (const boost::system::system_error& e) {
+    throw fail(e.code().message());  // "address already in use", "host not found (authoritative)"
   }
-  const std::vector<int> ports = server_->getListeningPorts();
-  if (ports.empty()) throw fail("civetweb reports no listening port");
-  port_ = ports.front();
-  server_->setWakeAddress(reachableAddress(host, port_));
+  port_ = server_->port();
 }
 
 MetricsEndpoint::~MetricsEndpoint() = default;
@@ -226,12 +315,6 @@ bool MetricsEndpoint::ready() const {
     spdlog::debug("metrics endpoint: readiness check threw, answering not ready");
     return false;
   }
-}
-
-void MetricsEndpoint::noteCivetMessage(const char* message) const {
-  spdlog::debug("metrics endpoint: civetweb: {}", message);
-  std::lock_guard lock(civetMessageMutex_);
-  if (firstCivetMessage_.empty()) firstCivetMessage_ = message;
 }
 
 }  // namespace ddprun

@@ -1,9 +1,10 @@
 // The metrics port of the rendezvous daemon and the agent (DESIGN.md 8): Prometheus scrapes
 // (GET /metrics) and the health probes (GET /healthz, GET /readyz) on one small HTTP server with
-// bounded threads, queue, request size and time.
+// bounded connections, request size and time.
 //
-// It runs civetweb's CivetServer itself rather than prometheus::Exposer: Exposer serves only
-// registered collectables and cannot answer /readyz with 503 while the process is not ready.
+// It runs its own server (Boost.Beast on one Asio thread) rather than prometheus::Exposer: Exposer
+// serves only registered collectables and cannot answer /readyz with 503 while the process is not
+// ready.
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -11,7 +12,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,21 +20,20 @@ namespace ddprun {
 class MetricsEndpoint {
  public:
   struct Options {
-    // Loopback unless the user names another address. IPv4 addresses and host names only with
-    // Debian 12's civetweb 1.15, which is built without IPv6: "::1" is refused with ConfigError.
+    // Loopback unless the user names another address: an IPv4 or IPv6 address ("::1"), or a host
+    // name (its first address that can be bound).
     std::string bindAddress = "127.0.0.1";
     int port = 0;  // 0: an ephemeral port, see port()
-    // Requests served at once. A connection holds its worker until its request came in or
-    // requestTimeout passed, so idle connections delay others by up to requestTimeout each.
-    int threads = 2;
-    // Accepted connections waiting for a worker, and the kernel's listen backlog: beyond both,
-    // new connections wait in the client's SYN retries instead of costing memory here.
-    int maxQueuedConnections = 32;
+    // Connections open at once, idle ones included; one accepted beyond this is closed at once.
+    // Requests are served one at a time on the endpoint's one thread (a scrape takes
+    // milliseconds), and a connection that waits for its request costs only its socket, so idle
+    // connections never delay another request; this bound only caps what they can hold.
+    int maxConnections = 64;
     // To receive a whole request, and to send the answer.
     std::chrono::milliseconds requestTimeout{5000};
   };
 
-  // Whether the process serves its purpose now (/readyz: 200 or 503). Called on a server thread,
+  // Whether the process serves its purpose now (/readyz: 200 or 503). Called on the server thread,
   // without any lock of the endpoint held. Empty: always ready; throwing: not ready.
   using Readiness = std::function<bool()>;
 
@@ -45,8 +44,8 @@ class MetricsEndpoint {
   // address cannot be bound.
   MetricsEndpoint(Options options, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
                   Readiness readiness = {});
-  // Stops serving and joins the server's threads: milliseconds, but up to 2 s while a connection
-  // is still sending its request (civetweb looks at its stop flag between 2 s reads).
+  // Stops serving, closes every connection and joins the server's thread: well under a millisecond
+  // unless a scrape is being answered, whatever the open connections are doing.
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
@@ -57,21 +56,17 @@ class MetricsEndpoint {
   std::string address() const;
 
  private:
-  class Server;  // CivetServer and the request callbacks, in the .cc
+  class Server;  // the Asio io_context, its thread, the acceptor and the connections, in the .cc
 
   // The exposition text of every live collectable (GET /metrics); may throw what one throws.
   std::string scrape() const;
   bool ready() const;
-  void noteCivetMessage(const char* message) const;
 
   Options options_;
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
   Readiness readiness_;
-  // The first message civetweb logged: why the start failed, when it did.
-  mutable std::mutex civetMessageMutex_;
-  mutable std::string firstCivetMessage_;
   int port_ = 0;
-  std::unique_ptr<Server> server_;  // last: its threads stop before the members they use go
+  std::unique_ptr<Server> server_;  // last: its thread stops before the members it uses go
 };
 
 }  // namespace ddprun

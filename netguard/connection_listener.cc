@@ -230,6 +230,7 @@ class ConnectionListener::Impl {
     std::string address;
     Clock::time_point deadline;
     Clock::time_point nextPeek;  // a partial preface: look again then, not in a busy loop
+    bool gated = false;          // its address is penalized: only a request with the token passes
   };
 
   // Connections open now, counted by what holds descriptors. Cheap: /proc/self/fd is read only
@@ -311,12 +312,21 @@ class ConnectionListener::Impl {
       }
       UniqueFd conn(fd);
       std::string address = peerOf(conn.get());
-      if (penalized(address, now)) {  // closed here, before it costs anything
+      // An address that broke the limits lately: with a token to look for in the relay, its
+      // connections are let in gated (only a request with the job token passes), so that agents
+      // behind the same address (one host, a NAT gateway) go on joining; without one, they are
+      // closed here, before they cost anything.
+      bool gated = false;
+      if (penalized(address, now)) {
+        gated = options_.relay && !options_.token.empty();
         if (auto held = refusedLog_.allow(now)) {
-          spdlog::warn("rendezvous: refused a connection from {}: the address broke the call limits lately{}", address,
-                       heldBackNote(*held));
+          spdlog::warn("rendezvous: {} a connection from {}: the address broke the call limits lately{}",
+                       gated ? "admitted only with the job token" : "refused", address, heldBackNote(*held));
         }
-        continue;
+        if (!gated) {
+          count(&ConnectionListenerStats::refusedPenalized);
+          continue;
+        }
       }
       if (atCap()) {
         count(&ConnectionListenerStats::refusedAtCap);
@@ -333,7 +343,7 @@ class ConnectionListener::Impl {
       estimate_ += perConnection();
       int one = 1;
       ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now});
+      pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now, gated});
     }
     return std::chrono::milliseconds(0);
   }
@@ -375,7 +385,7 @@ class ConnectionListener::Impl {
         char buf[kPrefaceBytes];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
         if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
-          handOver(std::move(p.fd), std::move(p.address), now);
+          handOver(std::move(p.fd), std::move(p.address), now, p.gated);
           continue;
         }
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -415,9 +425,7 @@ class ConnectionListener::Impl {
 
   bool penalized(const std::string& address, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!penalties_.refused(address, now)) return false;
-    ++stats_.refusedPenalized;
-    return true;
+    return penalties_.refused(address, now);
   }
 
   // gRPC knows a connection we hand over only as "fd:N". So that N names one connection for as
@@ -438,10 +446,10 @@ class ConnectionListener::Impl {
     return fd;
   }
 
-  void handOver(UniqueFd fd, std::string address, Clock::time_point now) {
+  void handOver(UniqueFd fd, std::string address, Clock::time_point now, bool gated) {
     uint64_t relayId = 0;
     if (relay_) {
-      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired);
+      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired, gated);
       if (!added.grpcSide) {
         count(&ConnectionListenerStats::acceptErrors);  // no socket pair: descriptors ran out
         return;

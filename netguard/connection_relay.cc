@@ -61,6 +61,9 @@ struct Relayed {
   bool trusted = false;
   // While not trusted: looks for the job token in its request headers (token_recognizer.h).
   std::unique_ptr<TokenRecognizer> recognizer;
+  // From an address that broke the limits lately: nothing passes to gRPC until its first request
+  // headers show the job token, and a request without it closes the connection.
+  bool gated = false;
   // Streams of the chunk read last that wait for the untrusted connections' shared budget; while
   // not 0 nothing more is read from the client and nothing is passed to gRPC.
   double heldStreams = 0;
@@ -101,7 +104,7 @@ class ConnectionRelay::Impl {
     thread_.join();
   }
 
-  Added add(UniqueFd client, const std::string& address, bool trusted) {
+  Added add(UniqueFd client, const std::string& address, bool trusted, bool gated) {
     int pair[2];
     // Both ends non-blocking: gRPC expects that of a descriptor it is given, as accept4 makes them.
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) return {};
@@ -113,7 +116,7 @@ class ConnectionRelay::Impl {
                                                            Clock::now()),
                                                TokenBucket(limits_.controlFramesPerSecond, limits_.controlFrameBurst,
                                                            Clock::now()),
-                                               trusted, nullptr});
+                                               trusted, nullptr, gated && !trusted});
     if (!trusted && !token_.empty()) r->recognizer = std::make_unique<TokenRecognizer>(tokenKey_, token_);
     uint64_t id;
     {
@@ -214,6 +217,9 @@ class ConnectionRelay::Impl {
     return true;
   }
 
+  // What the client sent waits: for the shared budget, or for the token of a gated connection.
+  static bool waits(const Relayed& r) { return r.heldStreams > 0 || (r.gated && !r.trusted); }
+
   void makeTrusted(Relayed& r) {
     if (r.trusted) return;
     r.trusted = true;
@@ -235,11 +241,11 @@ class ConnectionRelay::Impl {
     const bool held = r.heldStreams > 0;  // toServer waits for the shared budget
     // A held client that hung up wants nothing more: its streams are not worth the budget.
     if (held && !innerSide && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return drop(r.id, false);
-    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && out.size() > 0 && !(innerSide && held)) {
+    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && out.size() > 0 && !(innerSide && waits(r))) {
       if (!writeFrom(from, out, &progress)) return drop(r.id, false);
     }
     // Pass on at once what was read (saves a round through epoll).
-    if (in.size() > 0 && !(!innerSide && held) && !writeFrom(to, in, &progress)) return drop(r.id, false);
+    if (in.size() > 0 && !(!innerSide && waits(r)) && !writeFrom(to, in, &progress)) return drop(r.id, false);
     if ((events & (EPOLLHUP | EPOLLERR)) && !progress) return drop(r.id, false);  // gone, nothing more to move
     if (!finishHalfCloses(r)) return drop(r.id, false);
     update(r);
@@ -285,6 +291,12 @@ class ConnectionRelay::Impl {
           } else if (verdict == TokenRecognizer::Verdict::kGaveUp) {
             r.recognizer.reset();
           }
+        }
+        if (r.gated && !r.trusted && (!r.recognizer || r.recognizer->blocksDecoded() > 0)) {
+          // A request from a penalized address without the token: not an agent of the job.
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.gatedClosed;
+          return false;
         }
         if (!r.trusted && counts.newStreams > 0 && !untrusted_.take(static_cast<double>(counts.newStreams), now)) {
           // All unauthenticated connections together are over their budget: hold this chunk and
@@ -367,7 +379,7 @@ class ConnectionRelay::Impl {
                     (r.toClient.size() > 0 ? EPOLLOUT : 0u));
     setInterest(r, r.inner, true,
                 (!r.inner.readClosed && r.toClient.room() > 0 ? EPOLLIN : 0u) |
-                    (r.toServer.size() > 0 && !held ? EPOLLOUT : 0u));
+                    (r.toServer.size() > 0 && !waits(r) ? EPOLLOUT : 0u));
   }
 
   void setInterest(Relayed& r, Side& side, bool inner, uint32_t events) {
@@ -440,8 +452,8 @@ ConnectionRelay::ConnectionRelay(AbuseLimits limits, RelayToken token,
                                  std::function<void(const std::string& address, const std::string& why)> onAbuse)
     : impl_(std::make_unique<Impl>(limits, std::move(token), std::move(onAbuse))) {}
 ConnectionRelay::~ConnectionRelay() = default;
-ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address, bool trusted) {
-  return impl_->add(std::move(client), address, trusted);
+ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address, bool trusted, bool gated) {
+  return impl_->add(std::move(client), address, trusted, gated);
 }
 void ConnectionRelay::trust(uint64_t id) { impl_->trust(id); }
 void ConnectionRelay::close(uint64_t id) { impl_->close(id); }

@@ -28,6 +28,7 @@ struct ConnectionRelayStats {
   uint64_t open = 0;            // connections relayed now
   uint64_t closedForAbuse = 0;  // cut for breaking the stream or control-frame limits
   uint64_t recognized = 0;      // trusted at once: the job token was in their request headers
+  uint64_t gatedClosed = 0;     // gated connections whose first request lacked the token
 };
 
 // The job token, and the request header that carries it, for the relay to recognize an agent at
@@ -56,7 +57,10 @@ class ConnectionRelay {
   // `trusted` false the connection may open only untrustedCallBurst streams, drawing on the
   // budget all untrusted connections share, until trust(id) or until its request headers carry
   // the job token.
-  Added add(UniqueFd client, const std::string& address, bool trusted);
+  // `gated`: from an address that broke the limits lately; nothing of it reaches gRPC until its
+  // first request headers carry the token, and a request without it closes it (a relay without a
+  // token to look for treats it as untrusted).
+  Added add(UniqueFd client, const std::string& address, bool trusted, bool gated = false);
   // Cuts connection `id` (from any thread; the relay's thread closes it soon after). Unknown or
   // closed ids are ignored.
   void close(uint64_t id);

@@ -34,6 +34,8 @@ class TokenRecognizer {
   // verdict is decided, more bytes change nothing.
   Verdict feed(const char* data, std::size_t size);
   Verdict verdict() const { return verdict_; }
+  // Header blocks decoded without finding the token.
+  int blocksDecoded() const { return blocks_; }
 
  private:
   void frameDone();

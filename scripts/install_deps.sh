@@ -8,7 +8,8 @@ packages=(
   libboost1.81-dev libboost-filesystem1.81-dev libboost-system1.81-dev libboost-json1.81-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
-  prometheus-cpp-dev libcivetweb-dev  # the metrics port (metrics/): prometheus-cpp's core, civetweb's HTTP server
+  libnghttp2-dev  # HPACK decoding in the daemon's front door (netguard/token_recognizer.h)
+  prometheus-cpp-dev  # the metrics port (metrics/): prometheus-cpp's core (its HTTP server is Boost.Beast's)
   python3-torch iproute2 procps iptables
   slurm-client  # scontrol: the oracle for Slurm hostlist expansion in the tests
   prometheus  # promtool and a real Prometheus server, to check the metrics port in the tests

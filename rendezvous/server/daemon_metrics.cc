@@ -144,9 +144,8 @@ class DaemonMetrics::Impl {
     MetricsEndpoint::Options o;
     o.bindAddress = options.bindAddress;
     o.port = options.port;
-    // A scrape and the probes at once, and room for a few idle connections: each holds a thread
-    // until its request came in, for at most the request timeout (loopback by default).
-    o.threads = 4;
+    // An idle connection holds one of maxConnections until its request came in, for at most the
+    // request timeout (loopback by default).
     o.requestTimeout = std::chrono::milliseconds(2000);
     endpoint_ = std::make_unique<MetricsEndpoint>(
         o, std::vector<std::weak_ptr<prometheus::Collectable>>{registry_, gauges_, process_}, std::move(ready));

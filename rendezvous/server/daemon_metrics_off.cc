@@ -1,4 +1,4 @@
-// DDPRUN_WITH_METRICS=OFF (the wheel: Debian ships prometheus-cpp and civetweb as shared libraries
+// DDPRUN_WITH_METRICS=OFF (the wheel: Debian ships prometheus-cpp as a shared library
 // only, and the wheel's binaries link nothing but glibc and libgcc_s; docs/install.md).
 #include "common/error.h"
 #include "rendezvous/server/daemon_metrics.h"

@@ -1,5 +1,6 @@
 // The metrics port with real sockets on loopback (port 0) and a plain-socket HTTP client: scrapes,
-// probes, errors, a port in use, idle connections, and promtool's check of the exposition.
+// probes, errors, a port in use, IPv6, idle connections and their bound, a quick stop, and
+// promtool's check of the exposition.
 #include "metrics/metrics_endpoint.h"
 
 #include <arpa/inet.h>
@@ -16,7 +17,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -35,15 +38,41 @@ const std::vector<std::string> kProcessMetrics = {
     "process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
     "process_cpu_seconds_total",     "process_start_time_seconds",   "ddprun_process_threads"};
 
-UniqueFd connectTo(int port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+// Loopback, IPv4 or IPv6.
+UniqueFd connectTo(int port, int family = AF_INET) {
+  UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   REQUIRE(fd);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  v4.sin_port = htons(static_cast<uint16_t>(port));
+  v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_port = htons(static_cast<uint16_t>(port));
+  v6.sin6_addr = in6addr_loopback;
+  const bool ipv6 = family == AF_INET6;
+  REQUIRE(::connect(fd.get(), ipv6 ? reinterpret_cast<sockaddr*>(&v6) : reinterpret_cast<sockaddr*>(&v4),
+                    ipv6 ? sizeof(v6) : sizeof(v4)) == 0);
   return fd;
+}
+
+// Whether the server closed `fd` (end of stream or reset), waiting up to the safety bound; what it
+// sent before is dropped.
+bool closedByServer(int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    if (::recv(fd, buf, sizeof(buf), 0) <= 0) return true;
+  }
+  return false;
+}
+
+// Whether the server still holds `fd` open: nothing to read on it right now.
+bool heldOpen(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
 }
 
 struct Response {
@@ -52,11 +81,11 @@ struct Response {
   std::string body;
 };
 
-// One request, then everything the server sends until it closes (it never keeps connections).
-Response request(int port, const std::string& method, const std::string& path) {
-  UniqueFd fd = connectTo(port);
-  const std::string text = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  REQUIRE(::send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size()));
+// Sends `text`, then reads everything the server sends until it closes (it never keeps
+// connections). nullopt: closed without an answer (the connection bound).
+std::optional<Response> tryRawRequest(int port, const std::string& text, int family = AF_INET) {
+  UniqueFd fd = connectTo(port, family);
+  if (::send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(text.size())) return std::nullopt;
   std::string in;
   const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
   for (;;) {
@@ -68,6 +97,7 @@ Response request(int port, const std::string& method, const std::string& path) {
     if (n <= 0) break;
     in.append(buf, static_cast<std::size_t>(n));
   }
+  if (in.empty()) return std::nullopt;
   Response r;
   const auto split = in.find("\r\n\r\n");
   REQUIRE(split != std::string::npos);
@@ -76,6 +106,39 @@ Response request(int port, const std::string& method, const std::string& path) {
   REQUIRE(r.head.rfind("HTTP/1.1 ", 0) == 0);
   r.status = std::stoi(r.head.substr(9, 3));
   return r;
+}
+
+std::string requestText(const std::string& method, const std::string& path) {
+  return method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+}
+
+std::optional<Response> tryRequest(int port, const std::string& method, const std::string& path) {
+  return tryRawRequest(port, requestText(method, path));
+}
+
+Response request(int port, const std::string& method, const std::string& path, int family = AF_INET) {
+  auto r = tryRawRequest(port, requestText(method, path), family);
+  REQUIRE(r);
+  return *r;
+}
+
+// Probes /healthz until it is answered (a connection past the bound is closed unanswered while
+// the server has not yet seen the others go); false when the safety bound passed first.
+bool probeAnswered(int port) {
+  const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (const auto r = tryRequest(port, "GET", "/healthz")) return r->status == 200;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+bool ipv6LoopbackWorks() {
+  UniqueFd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_loopback;
+  return fd && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
 }
 
 }  // namespace
@@ -121,10 +184,18 @@ TEST_CASE("metrics endpoint: /healthz, /readyz as readiness says, 404 and 405") 
   CHECK(r.status == 405);
   CHECK(r.head.find("Allow: GET, HEAD") != std::string::npos);
   CHECK(request(port, "DELETE", "/healthz").status == 405);
-  CHECK(request(port, "PROPFIND", "/readyz").status == 405);  // beyond the methods CivetHandler knows
+  CHECK(request(port, "PROPFIND", "/readyz").status == 405);  // no common method either
+  // A body is never read: the answer comes from the headers.
+  const auto withBody = tryRawRequest(port, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+  REQUIRE(withBody);
+  CHECK(withBody->status == 405);
+  const auto garbage = tryRawRequest(port, "this is not HTTP\r\n\r\n");
+  REQUIRE(garbage);
+  CHECK(garbage->status == 400);
+  CHECK(request(port, "GET", "/healthz?verbose=1").status == 200);  // the query is not the path
 }
 
-TEST_CASE("metrics endpoint: a port in use or an IPv6 address is one clear ConfigError, nothing printed") {
+TEST_CASE("metrics endpoint: a port in use or bad options are one clear ConfigError, nothing printed") {
   MetricsEndpoint first({}, {});
   MetricsEndpoint::Options options;
   options.port = first.port();
@@ -132,28 +203,35 @@ TEST_CASE("metrics endpoint: a port in use or an IPv6 address is one clear Confi
   const std::string where = "cannot serve metrics on 127.0.0.1:" + std::to_string(first.port());
   CHECK_THROWS_MATCHES(MetricsEndpoint(options, {}), ddprun::ConfigError,
                        Catch::Matchers::Message(where + ": address already in use"));
-  // Debian 12's civetweb has no IPv6; one built with it serves "::1".
-  options.bindAddress = "::1";
+  options.port = 70000;
+  CHECK_THROWS_MATCHES(MetricsEndpoint(options, {}), ddprun::ConfigError,
+                       Catch::Matchers::Message("cannot serve metrics on 127.0.0.1:70000: port out of range"));
   options.port = 0;
-  try {
-    MetricsEndpoint v6(options, {});
-    CHECK(v6.address() == "[::1]:" + std::to_string(v6.port()));
-  } catch (const ddprun::ConfigError& e) {
-    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("cannot serve metrics on [::1]:0: this civetweb (") &&
-                             Catch::Matchers::EndsWith(") is built without IPv6; use an IPv4 address"));
-  }
+  options.maxConnections = 0;
+  CHECK_THROWS_AS(MetricsEndpoint(options, {}), ddprun::ConfigError);
   const std::string printed = err.text() + out.text();
   err.restore();
   out.restore();
   CHECK(printed.empty());
 }
 
-TEST_CASE("metrics endpoint: idle connections are cut after the request timeout, so a probe gets through") {
+TEST_CASE("metrics endpoint: serves on IPv6 loopback") {
+  if (!ipv6LoopbackWorks()) DDPRUN_SKIP("this machine has no IPv6 on loopback (::1 cannot be bound)");
   MetricsEndpoint::Options options;
-  options.requestTimeout = std::chrono::milliseconds(200);
+  options.bindAddress = "::1";
   MetricsEndpoint endpoint(options, {});
-  // 64 connections that never send a byte: each holds one of the 2 workers for 200 ms, so the
-  // probe behind them is answered after about 64 / 2 * 200 ms = 6.4 s, far inside the bound.
+  CHECK(endpoint.address() == "[::1]:" + std::to_string(endpoint.port()));
+  const Response r = request(endpoint.port(), "GET", "/healthz", AF_INET6);
+  CHECK((r.status == 200 && r.body == "ok\n"));
+}
+
+TEST_CASE("metrics endpoint: idle connections do not delay a probe") {
+  MetricsEndpoint::Options options;
+  options.maxConnections = 128;
+  options.requestTimeout = std::chrono::minutes(10);  // far beyond the safety bound: never waited for
+  MetricsEndpoint endpoint(options, {});
+  // 64 connections that never send a byte. A server with a thread per connection answers the
+  // probe behind them only as their timeouts pass; this one at once.
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 64; ++i) idle.push_back(connectTo(endpoint.port()));
   const auto start = std::chrono::steady_clock::now();
@@ -161,12 +239,53 @@ TEST_CASE("metrics endpoint: idle connections are cut after the request timeout,
   const auto took = std::chrono::steady_clock::now() - start;
   CHECK(r.status == 200);
   CHECK(took < ddprun::test::kSafetyBound);
-  // The first idle connection was served its timeout and closed by the server.
-  char buf[512];
-  pollfd p{idle.front().get(), POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 0) == 1);
-  while (::recv(idle.front().get(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {}
-  CHECK(::recv(idle.front().get(), buf, sizeof(buf), MSG_DONTWAIT) == 0);
+  for (const auto& fd : idle) CHECK(heldOpen(fd.get()));  // still waiting for their requests
+}
+
+TEST_CASE("metrics endpoint: a connection that sends no request is closed after the request timeout") {
+  MetricsEndpoint::Options options;
+  options.maxConnections = 1;
+  options.requestTimeout = std::chrono::milliseconds(200);
+  MetricsEndpoint endpoint(options, {});
+  UniqueFd idle = connectTo(endpoint.port());
+  // It holds the only place until its timeout; then the server closes it and a probe gets through.
+  CHECK(closedByServer(idle.get()));
+  CHECK(probeAnswered(endpoint.port()));
+}
+
+TEST_CASE("metrics endpoint: connections beyond maxConnections are closed at once") {
+  MetricsEndpoint::Options options;
+  options.maxConnections = 4;
+  options.requestTimeout = std::chrono::minutes(10);
+  MetricsEndpoint endpoint(options, {});
+  // The backlog is accepted in order: the first four stay, the next ones are closed unanswered.
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(connectTo(endpoint.port()));
+  std::vector<UniqueFd> extra;
+  for (int i = 0; i < 3; ++i) extra.push_back(connectTo(endpoint.port()));
+  for (const auto& fd : extra) CHECK(closedByServer(fd.get()));
+  for (const auto& fd : idle) CHECK(heldOpen(fd.get()));
+  CHECK_FALSE(tryRequest(endpoint.port(), "GET", "/healthz"));
+  // One idle client goes away: its place is free again.
+  idle.pop_back();
+  CHECK(probeAnswered(endpoint.port()));
+  for (const auto& fd : idle) CHECK(heldOpen(fd.get()));
+}
+
+TEST_CASE("metrics endpoint: stops at once, with idle and half-sent requests open") {
+  MetricsEndpoint::Options options;
+  options.requestTimeout = std::chrono::minutes(10);
+  auto endpoint = std::make_unique<MetricsEndpoint>(options, std::vector<std::weak_ptr<prometheus::Collectable>>{});
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 10; ++i) idle.push_back(connectTo(endpoint->port()));
+  const std::string half = "GET /metrics HTTP/1.1\r\nHost: x\r\n";  // the blank line never comes
+  REQUIRE(::send(idle.back().get(), half.data(), half.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(half.size()));
+  REQUIRE(probeAnswered(endpoint->port()));  // the server has taken them all in
+  const auto start = std::chrono::steady_clock::now();
+  endpoint.reset();
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took < ddprun::test::kSafetyBound);  // not the 10 min request timeout
+  for (const auto& fd : idle) CHECK(closedByServer(fd.get()));
 }
 
 TEST_CASE("metrics endpoint: the exposition passes promtool check metrics") {
