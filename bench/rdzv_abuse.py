@@ -79,10 +79,11 @@ def round_time(gen, port, pid, token, nodes, tag, timeout_s):
         return None
 
 
-def attack(port, seconds, connections, spread):
+def attack(port, seconds, connections, spread, source="127.0.0.2"):
     # The spreading attacker is a smart one: it opens as many streams per connection as the guard
-    # lets an unauthenticated connection open, then moves to a new address.
-    where = ["--spread", "--per_connection", "16"] if spread else ["--source", "127.0.0.2"]
+    # lets an unauthenticated connection open, then moves to a new address. `source` 127.0.0.1 is
+    # the agents' own address (one host, or a NAT gateway in front of them and the attacker).
+    where = ["--spread", "--per_connection", "16"] if spread else ["--source", source]
     return subprocess.Popen([sys.executable, ATTACK, "--port", str(port), "--attack", "rapid_reset", "--seconds",
                              str(seconds), "--connections", str(connections)] + where,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -93,7 +94,7 @@ def generator(build):
     return os.environ.get("DDPRUN_RDZV_CAPACITY") or os.path.join(build, "bin", "ddprun-rdzv-capacity")
 
 
-def one_rep(args, guard, cap_mib, rep, workdir, spread=False, token=True):
+def one_rep(args, guard, cap_mib, rep, workdir, spread=False, token=True, source="127.0.0.2"):
     rdzv = os.path.join(args.build, "bin", "ddprun-rdzv")
     gen = generator(args.build)
     log = os.path.join(workdir, "rdzv-%s-%d.log" % (guard, rep))
@@ -105,7 +106,7 @@ def one_rep(args, guard, cap_mib, rep, workdir, spread=False, token=True):
         r["quiet_s"] = round_time(gen, port, daemon.pid, token, args.nodes, "q%d%s" % (rep, guard), 30)
         sampler = Sampler(daemon.pid)
         cpu0 = cpu_s(daemon.pid)
-        attacker = attack(port, args.attack_s, args.connections, spread)
+        attacker = attack(port, args.attack_s, args.connections, spread, source)
         time.sleep(1.0)  # the attack is under way
         r["attack_s"] = round_time(gen, port, daemon.pid, token, args.nodes, "a%d%s" % (rep, guard),
                                    args.attack_s + 60)
@@ -143,6 +144,8 @@ def main():
     p.add_argument("--unguarded_cap_mib", type=int, default=3072)
     p.add_argument("--report", default=None)
     p.add_argument("--after_s", type=float, default=10, help="when the RSS after the attack is read")
+    p.add_argument("--same_address_only", action="store_true",
+                   help="only the attacker at the agents' own address (issue #24 item 8), a short table")
     p.add_argument("--smoke", action="store_true",
                    help="one repetition of 3 nodes, a 1 s attack: does it still run? (ctest)")
     args = p.parse_args()
@@ -159,10 +162,18 @@ def main():
         with open(args.token, "w") as f:
             f.write("bench-token-%d\n" % os.getpid())
         os.chmod(args.token, 0o600)
+        same = [one_rep(args, "auto", 0, i, workdir, source="127.0.0.1") for i in range(args.reps)]
+        if args.same_address_only:
+            for r in same:
+                print(json.dumps(r), flush=True)
+            print("| attacker at the agents' address | quiet %s | under attack %s | %.2fx |" % (
+                fmt_s([r["quiet_s"] for r in same]), fmt_s([r["attack_s"] for r in same]),
+                statistics.median(r["attack_s"] / r["quiet_s"] for r in same if r["attack_s"] and r["quiet_s"])))
+            return 0
         guarded = [one_rep(args, "auto", 0, i, workdir) for i in range(args.reps)]
         spread = [one_rep(args, "auto", 0, i, workdir, spread=True) for i in range(args.reps)]
         unguarded = [one_rep(args, "off", args.unguarded_cap_mib, 0, workdir, token=False)]
-    for r in guarded + spread + unguarded:
+    for r in same + guarded + spread + unguarded:
         print(json.dumps(r), flush=True)
     u = unguarded[0]
 
@@ -191,6 +202,7 @@ def main():
         "| daemon | round quiet (s) | round under attack (s) | attack / quiet | RSS start | RSS peak | RSS %g s after | daemon CPU during (s) |" % args.after_s,
         "|---|---|---|---|---|---|---|---|",
         row("ddprun-rdzv (guard auto: on with a token); attacker at one address", guarded),
+        row("ddprun-rdzv; the attacker at the agents' own address (127.0.0.1: one host, a NAT gateway)", same),
         row("ddprun-rdzv, the attacker at a new address for every connection, 16 streams each (no penalty applies)", spread),
         "| peer: gRPC 1.51 alone (no token, `--connection_guard=off`, call limits lifted; address space capped at %d MiB) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
             args.unguarded_cap_mib, fmt_s([u["quiet_s"]]), fmt_s([u["attack_s"]]),
