@@ -132,6 +132,30 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
         out, daemon = self.run_attack_case("rapid_reset")
         self.assertIn("closed a connection from 127.0.0.2", daemon.stderr(), "the attacker was never cut off")
 
+    def test_agents_at_the_attackers_address_keep_joining(self):
+        # Issue #24 item 8: the attacker at the agents' own address (one host, or a NAT gateway in
+        # front of both). Its address is penalized for most of the attack, and the penalty used to
+        # refuse every connection from it, the agents' too: the job could not rendezvous while the
+        # attack lasted. Now a penalized address's connections are let in gated, and the agents'
+        # carry the token in their first request. The attack lasts LONG_ATTACK_S, longer than the
+        # job's safety bound: the job must succeed during it.
+        LONG_ATTACK_S = JOB_S + 30
+        daemon = self.start_daemon((), True)
+        attacker = self.attack(daemon.port, "rapid_reset", seconds=LONG_ATTACK_S, where=("--source", "127.0.0.1"))
+        try:
+            deadline = time.monotonic() + 20
+            while "from 127.0.0.1" not in daemon.stderr():
+                self.assertLess(time.monotonic(), deadline, "the attacker was never cut off:\n" + daemon.stderr())
+                time.sleep(0.1)
+            for res in self.wait_all(self.job(daemon.port, "nat"), JOB_S):
+                self.assert_exit(res, 0)
+            self.assertIsNone(attacker.poll(), "the attack ended before the job: the test proves nothing")
+            self.assertIn("admitted only with the job token a connection from 127.0.0.1", daemon.stderr())
+        finally:
+            attacker.kill()
+            attacker.communicate()
+        self.assert_alive(daemon, "after the attack")
+
     def test_rapid_reset_from_a_new_address_for_every_connection(self):
         # No per-address penalty stops this attacker; an unauthenticated connection may open only
         # a few streams (AbuseLimits::untrustedCallBurst), so each new connection costs it more
