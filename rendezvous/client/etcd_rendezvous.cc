@@ -21,6 +21,7 @@
 #include "rendezvous/client/client_core.h"
 #include "rendezvous/rules/admission.h"
 #include "rendezvous/rules/rules_host.h"
+#include "rendezvous/wire/status_proto.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
@@ -447,7 +448,10 @@ class EtcdRendezvous final : public Rendezvous {
     Micros now = monotonicNow();
     // A driver before us was lost: go on from its last write (every write carried the snapshot,
     // in the same transaction as the notices and the applied events' deletion).
-    RulesHost host = saved ? RulesHost(fromProto(*saved), now) : RulesHost(o_.runId, o_.rules, now);
+    RulesHost host = saved ? RulesHost(fromProto(*saved), now, saved->last_event_seq(),
+                                       saved->has_last_failure() ? std::optional<JobEvent>(fromProto(saved->last_failure()))
+                                                                 : std::nullopt)
+                           : RulesHost(o_.runId, o_.rules, now);
     if (saved) {
       noticeSeq_ = saved->notice_seq();
       spdlog::info("rendezvous (etcd): this node takes over driving job {} at round {}", o_.runId, saved->round());
@@ -460,7 +464,7 @@ class EtcdRendezvous final : public Rendezvous {
         }
       }
       if (host.state().phase() == RendezvousState::Phase::kClosed) {
-        write(host.state(), out, applied);
+        write(host, out, applied);
         return DriveEnd::kOver;
       }
     } else {
@@ -475,7 +479,7 @@ class EtcdRendezvous final : public Rendezvous {
       }
       out.append(host.tick(now));
       if (!out.empty() || !applied.empty()) {
-        if (!write(host.state(), out, applied)) return DriveEnd::kOver;  // deposed
+        if (!write(host, out, applied)) return DriveEnd::kOver;  // deposed
         out = Effects();
         applied.clear();
       }
@@ -557,10 +561,9 @@ class EtcdRendezvous final : public Rendezvous {
 
   // Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
   // node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
-  bool write(const RendezvousState& state, const Effects& effects, const std::vector<std::string>& applied) {
-    // This driver's events (a successor numbers its own from 1: docs/etcd.md).
-    if (!effects.events.empty()) lastEventSeq_ = effects.events.back().seq;
-    const uint64_t eventSeq = lastEventSeq_;
+  bool write(const RulesHost& host, const Effects& effects, const std::vector<std::string>& applied) {
+    const RendezvousState& state = host.state();
+    const uint64_t eventSeq = host.lastSeq();  // a successor numbers on from it (the snapshot)
     etcdserverpb::TxnRequest t;
     auto* cmp = t.add_compare();
     cmp->set_key(rdzv_ + "driver");
@@ -584,7 +587,10 @@ class EtcdRendezvous final : public Rendezvous {
     for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
     auto* st = t.add_success()->mutable_request_put();
     st->set_key(rdzv_ + "state");
-    st->set_value(toProto(state.snapshot(monotonicNow()), noticeSeq_).SerializeAsString());
+    pb::RendezvousSnapshot snapshot = toProto(state.snapshot(monotonicNow()), noticeSeq_);
+    snapshot.set_last_event_seq(eventSeq);
+    if (host.lastFailure()) toProto(*host.lastFailure(), std::nullopt, snapshot.mutable_last_failure());
+    st->set_value(snapshot.SerializeAsString());
     st->set_lease(jobLease_);
     if (latestRound > 0) {
       // The round marker of the workers' store (worker_sdk/etcd_store.h, fenceByRound): written
@@ -623,7 +629,6 @@ class EtcdRendezvous final : public Rendezvous {
   std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again
   std::atomic<uint64_t> eventSeq_{0};
   uint64_t noticeSeq_ = 0;
-  uint64_t lastEventSeq_ = 0;  // the newest event of this driver's writes (notices carry it)
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -34,7 +34,11 @@ v1::StatusReply readEtcdStatus(EtcdStatusOptions o) {
   const Micros now{0};
   v1::JobStatus* job = reply.add_jobs();
   job->set_run_id(o.runId);
-  toProto(RendezvousState::restore(rules, now), now, statusNodeLimit(o.maxNodes), std::nullopt, 0, job);
+  std::optional<JobEvent> lastFailure;
+  if (snapshot.has_last_failure()) lastFailure = fromProto(snapshot.last_failure());
+  toProto(RendezvousState::restore(rules, now), now, statusNodeLimit(o.maxNodes), lastFailure,
+          snapshot.last_event_seq(), job);
+  if (job->has_last_failure()) job->mutable_last_failure()->set_age_s(-1);  // the driver's clock, not ours
   // Liveness on etcd is each node's lease, not a heartbeat the reader saw: say how long each has
   // left, and list the nodes whose keys exist but that the driver has not taken in yet.
   std::map<std::string, int64_t> leases;

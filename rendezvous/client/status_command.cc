@@ -93,7 +93,8 @@ void printTable(const pb::StatusReply& reply) {
     }
     if (job.has_last_failure()) {
       const auto& f = job.last_failure();
-      std::cout << "  last failure (" << age(f.age_s()) << " ago, event " << f.seq() << "): " << f.kind();
+      std::cout << "  last failure (" << (f.age_s() >= 0 ? age(f.age_s()) + " ago, " : std::string()) << "event "
+                << f.seq() << "): " << f.kind();
       if (!f.node().empty()) std::cout << " on " << f.node();
       if (f.round()) std::cout << ", round " << f.round();
       if (!f.cause().empty()) std::cout << " [" << f.cause() << "]";

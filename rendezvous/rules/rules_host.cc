@@ -36,9 +36,13 @@ void Effects::append(Effects more) {
 RulesHost::RulesHost(std::string runId, RendezvousRules rules, Micros now)
     : runId_(runId), state_(std::move(runId), rules, now), gatheringSince_(now) {}
 
-// A successor numbers its events from 1 again: the etcd driver's events are its own (docs/etcd.md).
-RulesHost::RulesHost(const RendezvousState::Snapshot& snapshot, Micros now)
-    : runId_(snapshot.runId), state_(RendezvousState::restore(snapshot, now)), gatheringSince_(now) {}
+RulesHost::RulesHost(const RendezvousState::Snapshot& snapshot, Micros now, uint64_t lastEventSeq,
+                     std::optional<JobEvent> lastFailure)
+    : runId_(snapshot.runId),
+      state_(RendezvousState::restore(snapshot, now)),
+      nextSeq_(lastEventSeq + 1),
+      gatheringSince_(now),
+      lastFailure_(std::move(lastFailure)) {}
 
 void RulesHost::addEvents(const Before& b, std::vector<JobEvent> first, EventCause cause, Micros now, Effects* fx) {
   using K = JobEvent::Kind;

@@ -80,8 +80,10 @@ struct Effects {
 class RulesHost {
  public:
   RulesHost(std::string runId, RendezvousRules rules, Micros now);
-  // Goes on from a predecessor's snapshot (the etcd driver's takeover).
-  RulesHost(const RendezvousState::Snapshot& snapshot, Micros now);
+  // Goes on from a predecessor's snapshot (the etcd driver's takeover), numbering events after
+  // `lastEventSeq` and remembering its newest failure.
+  RulesHost(const RendezvousState::Snapshot& snapshot, Micros now, uint64_t lastEventSeq = 0,
+            std::optional<JobEvent> lastFailure = std::nullopt);
 
   // An admitted node joins. A node whose rules are not the job's is refused (kRulesMismatch,
   // naming the difference); so is whatever RendezvousState::join refuses. A refusal is a notice

@@ -30,6 +30,48 @@ const char* nodeStateName(RendezvousState::NodeState state) {
   return "unknown";
 }
 
+void toProto(const JobEvent& e, std::optional<Micros> now, v1::JobEventSummary* f) {
+  f->set_seq(e.seq);
+  f->set_kind(eventKindName(e.kind));
+  f->set_node(e.node);
+  f->set_round(e.round);
+  f->set_cause(eventCauseName(e.cause));
+  f->set_rank(e.failure ? e.failure->rank : -1);
+  f->set_exit_code(e.failure ? e.failure->exitCode : -1);
+  f->set_signal(e.failure ? e.failure->signal : 0);
+  std::string message = e.reason;
+  if (e.failure && e.kind == JobEvent::Kind::kWorkerFailed) {
+    message = "rank " + std::to_string(e.failure->rank) + " " + e.failure->description;
+  }
+  f->set_message(boundedText(message));
+  f->set_age_s(now ? seconds(*now - e.at) : -1);
+}
+
+JobEvent fromProto(const v1::JobEventSummary& f) {
+  JobEvent e;
+  e.seq = f.seq();
+  for (int k = 0; k <= static_cast<int>(JobEvent::Kind::kJobEnded); ++k) {
+    if (f.kind() == eventKindName(static_cast<JobEvent::Kind>(k))) e.kind = static_cast<JobEvent::Kind>(k);
+  }
+  for (int c = 0; c <= static_cast<int>(EventCause::kExcluded); ++c) {
+    if (f.cause() == eventCauseName(static_cast<EventCause>(c))) e.cause = static_cast<EventCause>(c);
+  }
+  e.node = f.node();
+  e.round = f.round();
+  e.reason = f.message();
+  if (f.rank() >= 0) {
+    WorkerFailure w;
+    w.rank = f.rank();
+    w.exitCode = f.exit_code();
+    w.signal = f.signal();
+    // toProto wrote "rank N <description>" for a worker failure: the description is the rest.
+    const std::string prefix = "rank " + std::to_string(f.rank()) + " ";
+    w.description = f.message().rfind(prefix, 0) == 0 ? f.message().substr(prefix.size()) : f.message();
+    e.failure = w;
+  }
+  return e;
+}
+
 std::size_t statusNodeLimit(uint32_t requested) {
   return requested == 0 ? kStatusDefaultNodes : std::min<std::size_t>(requested, kStatusMaxNodes);
 }
@@ -64,23 +106,7 @@ void toProto(const RendezvousState& state, Micros now, std::size_t maxNodes, con
     node->set_last_heartbeat_age_s(seconds(now - n.lastSeen));
     node->set_lease_left_s(-1);
   }
-  if (lastFailure) {
-    v1::JobEventSummary* f = out->mutable_last_failure();
-    f->set_seq(lastFailure->seq);
-    f->set_kind(eventKindName(lastFailure->kind));
-    f->set_node(lastFailure->node);
-    f->set_round(lastFailure->round);
-    f->set_cause(eventCauseName(lastFailure->cause));
-    f->set_rank(lastFailure->failure ? lastFailure->failure->rank : -1);
-    f->set_exit_code(lastFailure->failure ? lastFailure->failure->exitCode : -1);
-    f->set_signal(lastFailure->failure ? lastFailure->failure->signal : 0);
-    std::string message = lastFailure->reason;
-    if (lastFailure->failure && lastFailure->kind == JobEvent::Kind::kWorkerFailed) {
-      message = "rank " + std::to_string(lastFailure->failure->rank) + " " + lastFailure->failure->description;
-    }
-    f->set_message(boundedText(message));
-    f->set_age_s(seconds(now - lastFailure->at));
-  }
+  if (lastFailure) toProto(*lastFailure, now, out->mutable_last_failure());
 }
 
 }  // namespace ddprun

@@ -28,6 +28,13 @@ void toProto(const RendezvousState& state, Micros now, std::size_t maxNodes, con
 // and the nodes-by-state metric.
 const char* nodeStateName(RendezvousState::NodeState state);
 
+// A job event as the status call (and the etcd snapshot) carries it; `now` on the event's clock
+// gives its age (nullopt: no age, another host's clock).
+void toProto(const JobEvent& event, std::optional<Micros> now, v1::JobEventSummary* out);
+// Back, as far as a summary says (the snapshot's last failure): kind, cause, node, round, message
+// as the reason, the worker's rank, code and signal.
+JobEvent fromProto(const v1::JobEventSummary& summary);
+
 // "gathering", "running", "closed".
 const char* phaseName(RendezvousState::Phase phase);
 

@@ -8,7 +8,7 @@ import time
 
 import multinode_lib as ml
 import unittest_main
-from etcd_testlib import PREFIX, EtcdTestBase
+from etcd_testlib import FLAKY, PREFIX, EtcdTestBase
 
 
 class EtcdStatusTest(EtcdTestBase):
@@ -75,6 +75,30 @@ class EtcdStatusTest(EtcdTestBase):
             seqs = [e["seq"] for e in events]
             self.assertEqual(seqs, sorted(seqs), events)
             self.assertGreater(formed["seq"], 0, events)
+
+    def test_status_shows_the_last_failure_from_etcd(self):
+        # Node a's worker fails in attempt 0 (exit 3); the job restarts once. The driver's snapshot
+        # in etcd carries the failure and the event count, whichever node reads it.
+        flaky = self.script("flaky.sh", FLAKY % {"d": self.tmp, "fail_until": 1})
+        jobs = [self.agent(t, "2", [flaky], conf="heartbeat_timeout=4", env={"PET_MAX_RESTARTS": "1"}) for t in "ab"]
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while True:
+            r = self.status("--rdzv_id=%s" % self.run_id, "--json")
+            self.assertIn(r.returncode, (0, 1), r.stderr)  # 1: no key of the job yet, at its start
+            job = json.loads(r.stdout)["jobs"][0] if r.returncode == 0 else {}
+            if job.get("last_failure") and job["round"] >= 2:
+                break
+            self.assertLess(time.monotonic(), deadline, "status never showed the failure: %s" % r.stdout)
+            time.sleep(0.1)
+        f = job["last_failure"]
+        self.assertEqual((f["kind"], f["cause"], f["exit_code"], f["round"]), ("worker_failed", "worker_exit", 3, 1), f)
+        self.assertIsNone(f["age_ms"], f)  # the driver's clock is not the reader's
+        self.assertGreaterEqual(job["events"], f["seq"], job)
+        self.assertEqual(job["restarts"], 1, job)
+        with open(self.path("release"), "w"):
+            pass
+        for res in self.wait_all(jobs):
+            self.assertEqual(res.returncode, 0, res.describe())
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 // metrics, the status call and the timelines read, so each kind is checked with its fields.
 #include "rendezvous/rules/rules_host.h"
 
+#include "rendezvous/wire/status_proto.h"
 #include "state_machine_test_util.h"
 
 namespace {
@@ -173,4 +174,30 @@ TEST_CASE("job events: nodes that go after the job ended are not lost", "[rendez
   CHECK(host.leave("a", "stream ended", sec(2)).events.empty());
   CHECK(host.report("b", AgentReport::leave("done"), sec(2)).events.empty());
   CHECK_FALSE(host.lastFailure());
+}
+
+// The etcd driver's takeover (docs/etcd.md): the successor numbers events on from the snapshot's
+// and keeps the job's newest failure, which the snapshot carries as a JobEventSummary.
+TEST_CASE("job events: a successor from a snapshot numbers on and keeps the last failure", "[rendezvous][events]") {
+  const auto r = elastic(2, 2, 3);
+  RulesHost host("job", r, sec(0));
+  host.join(Admitted{nodeInfo("a"), r, ""}, sec(0));
+  host.join(Admitted{nodeInfo("b"), r, ""}, sec(0));
+  host.report("b", AgentReport::workerFailed(1, failure(1, 7, 0, 7)), sec(1));
+  REQUIRE(host.lastFailure());
+  ddprun::v1::JobEventSummary summary;
+  ddprun::toProto(*host.lastFailure(), std::nullopt, &summary);
+  CHECK(summary.message() == "rank 1 failed");
+  CHECK(summary.age_s() == -1);  // another host's clock: no age
+
+  RulesHost successor(host.state().snapshot(sec(2)), sec(100), host.lastSeq(), ddprun::fromProto(summary));
+  REQUIRE(successor.lastFailure());
+  CHECK(successor.lastFailure()->seq == host.lastFailure()->seq);
+  CHECK(successor.lastFailure()->kind == JobEvent::Kind::kWorkerFailed);
+  CHECK(successor.lastFailure()->cause == EventCause::kWorkerExit);
+  CHECK(successor.lastFailure()->failure->exitCode == 7);
+  CHECK(successor.lastFailure()->failure->description == "failed");  // not "rank 1 rank 1 failed"
+  auto fx = successor.report("a", AgentReport::workerFailed(2, failure(0, 4, 0, 4)), sec(101));
+  REQUIRE_FALSE(fx.events.empty());
+  CHECK(fx.events.front().seq == host.lastSeq() + 1);
 }
