@@ -44,41 +44,28 @@ TokenRecognizer::TokenRecognizer(std::string metadataKey, std::string token)
 TokenRecognizer::~TokenRecognizer() = default;
 
 TokenRecognizer::Verdict TokenRecognizer::feed(const char* data, std::size_t size) {
-  std::size_t i = 0;
-  while (i < size && verdict_ == Verdict::kUndecided) {
-    if (prefaceLeft_ > 0) {
-      const std::size_t n = std::min(prefaceLeft_, size - i);
-      prefaceLeft_ -= n;
-      i += n;
-      continue;
-    }
-    if (payloadLeft_ > 0) {
-      const std::size_t n = std::min<std::size_t>(payloadLeft_, size - i);
-      if (collecting_) frame_.insert(frame_.end(), data + i, data + i + n);
-      payloadLeft_ -= static_cast<uint32_t>(n);
-      i += n;
-      if (payloadLeft_ == 0) frameDone();
-      continue;
-    }
-    header_[headerHave_++] = static_cast<unsigned char>(data[i++]);
-    if (headerHave_ < sizeof(header_)) continue;
-    headerHave_ = 0;
-    payloadLeft_ = (uint32_t{header_[0]} << 16) | (uint32_t{header_[1]} << 8) | header_[2];
-    const unsigned char type = header_[3];
-    collecting_ = type == kHeaders || (type == kContinuation && inBlock_);
-    if (collecting_ && payloadLeft_ > kMaxBlockBytes) {
-      verdict_ = Verdict::kGaveUp;
-      break;
-    }
-    frame_.clear();
-    if (payloadLeft_ == 0) frameDone();
-  }
+  walker_.feed(
+      data, size,
+      [&](const Http2FrameWalker::Frame& f) {
+        frame_.clear();
+        type_ = f.type;
+        flags_ = f.flags;
+        collecting_ = f.type == kHeaders || (f.type == kContinuation && inBlock_);
+        if (collecting_ && f.length > kMaxBlockBytes) verdict_ = Verdict::kGaveUp;
+      },
+      [&](const char* piece, std::size_t n) {
+        if (collecting_) frame_.insert(frame_.end(), piece, piece + n);
+      },
+      [&] {
+        if (verdict_ == Verdict::kUndecided) frameDone();
+      },
+      [&] { return verdict_ == Verdict::kUndecided; });
   return verdict_;
 }
 
 void TokenRecognizer::frameDone() {
   if (!collecting_) return;
-  const unsigned char type = header_[3], flags = header_[4];
+  const unsigned char type = type_, flags = flags_;
   std::size_t begin = 0, end = frame_.size();
   if (type == kHeaders) {
     block_.clear();

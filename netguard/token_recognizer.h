@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "netguard/http2_frames.h"
+
 namespace ddprun {
 
 class TokenRecognizer {
@@ -44,10 +46,9 @@ class TokenRecognizer {
   std::string key_;
   std::string token_;
   Verdict verdict_ = Verdict::kUndecided;
-  std::size_t prefaceLeft_ = 24;
-  unsigned char header_[9] = {};
-  std::size_t headerHave_ = 0;
-  uint32_t payloadLeft_ = 0;
+  Http2FrameWalker walker_;
+  unsigned char type_ = 0;       // the current frame's type and flags
+  unsigned char flags_ = 0;
   bool collecting_ = false;      // this frame's payload belongs to a header block
   bool inBlock_ = false;         // a HEADERS frame without END_HEADERS: CONTINUATION frames follow
   std::vector<unsigned char> frame_;  // the current HEADERS or CONTINUATION payload
