@@ -60,14 +60,15 @@ std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& name, std::strin
     return nullptr;
   }
   struct stat st {};
+  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   UniqueFd procs(::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-  if (::stat((path + "/cgroup.kill").c_str(), &st) != 0 || !procs) {
+  if (::stat((path + "/cgroup.kill").c_str(), &st) != 0 || !procs || !dir) {
     *why = ::stat((path + "/cgroup.kill").c_str(), &st) != 0 ? "no cgroup.kill (Linux 5.14 or later)"
-                                                              : "cannot open " + path + "/cgroup.procs";
+                                                              : "cannot open " + path + (dir ? "/cgroup.procs" : "");
     ::rmdir(path.c_str());
     return nullptr;
   }
-  return std::unique_ptr<JobCgroup>(new JobCgroup(path, std::move(procs)));
+  return std::unique_ptr<JobCgroup>(new JobCgroup(path, std::move(dir), std::move(procs)));
 }
 
 JobCgroup::~JobCgroup() {
@@ -77,10 +78,27 @@ JobCgroup::~JobCgroup() {
   while (!empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  for (const auto& leaf : leaves_) ::rmdir(leaf.c_str());
   ::rmdir(path_.c_str());
 }
 
-void JobCgroup::kill() { writeFile(path_ + "/cgroup.kill", "1"); }
+int JobCgroup::spawnDirFd() {
+  if (!killed_) return leafDir_ ? leafDir_.get() : dir_.get();
+  // Leaves of earlier attempts are empty by now unless a process still dies: removed if they can be.
+  std::erase_if(leaves_, [](const std::string& leaf) { return ::rmdir(leaf.c_str()) == 0; });
+  std::string leaf = path_ + "/w" + std::to_string(++generation_);
+  leafDir_ = UniqueFd();
+  if (::mkdir(leaf.c_str(), 0755) != 0) return -1;
+  leaves_.push_back(leaf);
+  leafDir_ = UniqueFd(::open(leaf.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  killed_ = false;
+  return leafDir_ ? leafDir_.get() : -1;
+}
+
+void JobCgroup::kill() {
+  writeFile(path_ + "/cgroup.kill", "1");
+  killed_ = true;
+}
 
 bool JobCgroup::empty() const {
   std::ifstream in(path_ + "/cgroup.events");

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/unique_fd.h"
 
@@ -26,17 +27,30 @@ class JobCgroup {
   // Open for writing: a child writes "0" to it between fork and exec to move itself in
   // (write(2) is async-signal-safe).
   int procsFd() const { return procs_.get(); }
-  // SIGKILLs every process in the cgroup at once (cgroup.kill).
+  // Where the next child starts with CLONE_INTO_CGROUP, without the cost of a migration
+  // (agent/worker_spawn.h), as an open directory; -1 when none can be made (then children move in
+  // through procsFd()). The job cgroup itself until kill() was called; after that a new leaf
+  // cgroup inside it, because Linux (6.18 here) SIGKILLs every child cloned into a cgroup that was
+  // ever killed with cgroup.kill. Leaves are inside the job cgroup: kill() and the watchdog's kill
+  // reach them.
+  int spawnDirFd();
+  // SIGKILLs every process in the cgroup and its leaves at once (cgroup.kill).
   void kill();
   // Whether no process is left in it (cgroup.events).
   bool empty() const;
   const std::string& path() const { return path_; }
 
  private:
-  explicit JobCgroup(std::string path, UniqueFd procs) : path_(std::move(path)), procs_(std::move(procs)) {}
+  JobCgroup(std::string path, UniqueFd dir, UniqueFd procs)
+      : path_(std::move(path)), dir_(std::move(dir)), procs_(std::move(procs)) {}
 
   std::string path_;
+  UniqueFd dir_;
   UniqueFd procs_;
+  bool killed_ = false;               // since the current spawn directory was chosen
+  int generation_ = 0;
+  UniqueFd leafDir_;                  // the current leaf, once the job cgroup was killed
+  std::vector<std::string> leaves_;   // every leaf made (removed before the job cgroup)
 };
 
 }  // namespace ddprun

@@ -1,7 +1,3 @@
-// Boost.Process (1.81, as 1.74 before it) only enables its vfork executor for old _XOPEN_SOURCE levels, not for glibc
-// with _GNU_SOURCE, where vfork is available all the same.
-#define BOOST_POSIX_HAS_VFORK 1
-
 #include "agent/posix_process_supervisor.h"
 
 #include <sched.h>
@@ -14,63 +10,22 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/process/child.hpp>
-#include <boost/process/args.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
-#include <boost/process/exe.hpp>
-#include <boost/process/extend.hpp>
-#include <boost/process/posix.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "agent/job_cgroup.h"
 #include "agent/lifeline.h"
 #include "agent/proc_tree.h"
+#include "agent/worker_spawn.h"
 #include "common/error.h"
-
-namespace bp = boost::process;
 
 namespace ddprun {
 namespace {
-
-// Runs in the vforked child between vfork and exec: async-signal-safe system calls only, no
-// allocation, no locks (the agent has other threads).
-struct WorkerChildSetup : bp::extend::handler {
-  pid_t agentPid;
-  int stdoutFd;
-  int stderrFd;
-  unsigned maxFd;
-  const rlimit* fileLimit;  // set when the agent raised its own (it hosts a server)
-  int cgroupProcsFd;        // the job cgroup's cgroup.procs, or -1
-  const cpu_set_t* cpus;    // affinity to set, or null
-
-  template <class Executor>
-  void on_exec_setup(Executor&) const {
-    ::setpgid(0, 0);
-    if (cgroupProcsFd >= 0) (void)!::write(cgroupProcsFd, "0", 1);  // moves this process in
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != agentPid) ::_exit(127);  // the agent died before prctl took effect
-    if (stdoutFd >= 0) ::dup2(stdoutFd, STDOUT_FILENO);
-    if (stderrFd >= 0) ::dup2(stderrFd, STDERR_FILENO);
-    // Ignored signals survive exec; the agent ignores SIGPIPE, a worker must not.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGPIPE, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (fileLimit) ::setrlimit(RLIMIT_NOFILE, fileLimit);
-    if (cpus) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
-    // No fd of the agent (pipes of other workers, sockets, the lifeline) may leak into a worker.
-    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-      for (unsigned fd = 3; fd < maxFd; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
-    }
-  }
-};
 
 std::string randomHex(int bytes) {
   std::random_device rd;
@@ -96,7 +51,7 @@ std::string defaultWatchdogPath() {
 class PosixProcessSupervisor::Impl {
  public:
   Impl(boost::asio::io_context& io, PosixProcessSupervisorOptions options)
-      : sigchld_(io, SIGCHLD), marker_("DDPRUN_JOB_" + randomHex(8)) {
+      : sigchld_(io, SIGCHLD), marker_("DDPRUN_JOB_" + randomHex(8)), spawnMethod_(options.spawnMethod) {
     subreaper_ = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
     if (!subreaper_) {
       spdlog::warn("cannot become a child subreaper: {}; daemonized grandchildren may escape", std::strerror(errno));
@@ -136,32 +91,53 @@ class PosixProcessSupervisor::Impl {
   }
 
   pid_t spawn(const SpawnRequest& request) {
-    bp::environment env;
-    for (const auto& [name, value] : request.env.vars()) env[name] = value;
-    env[marker_] = "1";
-    WorkerChildSetup setup;
-    setup.agentPid = ::getpid();
-    setup.stdoutFd = request.stdoutFd;
-    setup.stderrFd = request.stderrFd;
+    // Everything the child reads is built here: it may not allocate.
+    std::vector<std::string> envStrings;
+    envStrings.reserve(request.env.vars().size() + 1);
+    for (const auto& [name, value] : request.env.vars()) {
+      if (name != marker_) envStrings.push_back(name + "=" + value);
+    }
+    envStrings.push_back(marker_ + "=1");
+    std::vector<char*> envp;
+    envp.reserve(envStrings.size() + 1);
+    for (auto& entry : envStrings) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    std::string path = request.executable;
+    std::vector<std::string> argStrings;
+    argStrings.reserve(request.args.size() + 1);
+    argStrings.push_back(request.executable);
+    argStrings.insert(argStrings.end(), request.args.begin(), request.args.end());
+    std::vector<char*> argv;
+    argv.reserve(argStrings.size() + 1);
+    for (auto& arg : argStrings) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+
+    WorkerSpawnSpec spec;
+    spec.path = path.c_str();
+    spec.argv = argv.data();
+    spec.envp = envp.data();
+    spec.stdoutFd = request.stdoutFd;
+    spec.stderrFd = request.stderrFd;
     rlimit now{};
     const bool raised = haveWorkerFileLimit_ && ::getrlimit(RLIMIT_NOFILE, &now) == 0 &&
                         (now.rlim_cur != workerFileLimit_.rlim_cur || now.rlim_max != workerFileLimit_.rlim_max);
-    setup.maxFd = raised && now.rlim_cur != RLIM_INFINITY ? static_cast<unsigned>(now.rlim_cur) : maxFd_;
-    setup.fileLimit = raised ? &workerFileLimit_ : nullptr;
-    setup.cgroupProcsFd = cgroup_ ? cgroup_->procsFd() : -1;
-    cpu_set_t cpus;  // built here: the child may not allocate
+    spec.maxFd = raised && now.rlim_cur != RLIM_INFINITY ? static_cast<unsigned>(now.rlim_cur) : maxFd_;
+    spec.fileLimit = raised ? &workerFileLimit_ : nullptr;
+    spec.cgroupDirFd = cgroup_ ? cgroup_->spawnDirFd() : -1;
+    spec.cgroupProcsFd = cgroup_ ? cgroup_->procsFd() : -1;
+    cpu_set_t cpus;
     CPU_ZERO(&cpus);
     for (int cpu : request.cpus) {
       if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
     }
-    setup.cpus = request.cpus.empty() ? nullptr : &cpus;
-    std::error_code ec;
-    bp::child child(bp::exe = request.executable, bp::args = request.args, env, setup, bp::posix::use_vfork, ec);
-    if (ec || !child.valid()) {
-      throw Error("cannot start " + request.executable + ": " + ec.message());
+    spec.cpus = request.cpus.empty() ? nullptr : &cpus;
+    const bool refusedBefore = clone3Refused_;
+    SpawnResult result = spawnWorker(spec, spawnMethod_, &clone3Refused_);
+    if (clone3Refused_ && !refusedBefore) {
+      spdlog::debug("clone3 into the job cgroup was refused; workers move in by cgroup.procs (slower)");
     }
-    pid_t pid = child.id();
-    child.detach();  // reaping is ours (SIGCHLD below), never Boost's
+    if (result.pid < 0) throw Error("cannot start " + request.executable + ": " + std::strerror(result.error));
+    pid_t pid = result.pid;
     running_.insert(pid);
     everSpawnedGroups_.insert(pid);
     swept_ = false;
@@ -273,6 +249,8 @@ class PosixProcessSupervisor::Impl {
 
   boost::asio::signal_set sigchld_;
   std::string marker_;
+  SpawnMethod spawnMethod_;
+  bool clone3Refused_ = false;  // once refused (seccomp, old kernel), never tried again
   unsigned maxFd_ = 65536;
   bool haveWorkerFileLimit_ = false;
   rlimit workerFileLimit_{};

@@ -1,5 +1,5 @@
-// The real ProcessSupervisor: spawns with Boost.Process (vfork + exec, so the cost does not grow with
-// the agent's memory), reaps every child through SIGCHLD on the event loop, and makes sure nothing
+// The real ProcessSupervisor: spawns with agent/worker_spawn.h (clone3 into the job's cgroup, or
+// vfork; either way the cost does not grow with the agent's memory), reaps every child through SIGCHLD on the event loop, and makes sure nothing
 // outlives the agent: each worker leads its own process group and dies with the agent's thread
 // (PR_SET_PDEATHSIG), the agent is a child subreaper so orphaned grandchildren come back to it, every
 // descendant carries a marker variable, and ddprun-watchdog covers kill -9 of the agent.
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "agent/process_supervisor.h"
+#include "agent/worker_spawn.h"
 
 namespace boost::asio {
 class io_context;
@@ -23,6 +24,8 @@ struct PosixProcessSupervisorOptions {
   // A temporary folder of the run that the watchdog removes if the agent dies without cleaning up
   // (kill -9); empty: none.
   std::string temporaryFolder;
+  // How workers start; kVfork only where a test must cover the fallback.
+  SpawnMethod spawnMethod = SpawnMethod::kAuto;
 };
 
 class PosixProcessSupervisor final : public ProcessSupervisor {

@@ -8,6 +8,7 @@
 // NS every worker is killed (groups, cgroup, marked processes) while the watchdog keeps watching:
 // a frozen agent cannot fence its workers, this separate process can.
 // It is a separate small program so that it costs little memory and shares no state with the agent.
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -65,11 +66,24 @@ void killCgroupMembers(const std::string& path) {
   }
 }
 
+// Removes the leaf cgroups the agent made inside the job's (agent/job_cgroup.h); a cgroup with
+// children cannot be removed.
+void removeLeaves(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (!dir) return;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_type == DT_DIR && entry->d_name[0] != '.') ::rmdir((path + "/" + entry->d_name).c_str());
+  }
+  ::closedir(dir);
+}
+
 // Ends the job's cgroup and removes it once empty.
 void killCgroup(const std::string& path) {
   killCgroupMembers(path);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (::rmdir(path.c_str()) != 0 && errno == EBUSY && std::chrono::steady_clock::now() < deadline) {
+    removeLeaves(path);
+    if (::rmdir(path.c_str()) == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }

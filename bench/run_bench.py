@@ -165,7 +165,7 @@ def make_launchers(ctx):
                         worker]))
     ls.append(Launcher(
         "floor_c", "floor: C posix_spawn loop",
-        lambda mr: [floor, str(NPROC), worker]))
+        lambda mr: [floor] + (["--restart"] if mr else []) + [str(NPROC), worker]))
     ls.append(Launcher(
         "floor_sh", "floor: /bin/sh loop",
         lambda mr: ["/bin/sh", "-c",
@@ -529,7 +529,7 @@ def run_all(args, hyg, tmp):
     reps = {"ddprun": 5 if quick else 20, "floor_c": 5 if quick else 20,
             "floor_sh": 5 if quick else 20, "torchrun1": 3 if quick else 10,
             "torchrun2": 3 if quick else 10, "torchrun1_5s": 0 if quick else 3}
-    restart_reps = {"ddprun": 5 if quick else 20, "torchrun1": 3 if quick else 10,
+    restart_reps = {"ddprun": 5 if quick else 20, "floor_c": 5 if quick else 20, "torchrun1": 3 if quick else 10,
                     "torchrun2": 3 if quick else 10, "torchrun1_5s": 0 if quick else 3}
     foot_reps = 1 if quick else 3
     if smoke:  # one run of each launcher
@@ -764,6 +764,10 @@ def render(info, res, launchers, by_key, quick):
     d = med(rr, "ddprun")
     if d:
         L.append("- restart: ddprun %s ms (target < 50 ms) %s" % (fmt_ms(d), verdict(d < 50)))
+        f = med(rr, "floor_c")
+        if f:
+            L.append("- restart: ddprun %s ms vs %s (reap + respawn) %s ms = %.2fx (target <= 2x) %s" % (
+                fmt_ms(d), label("floor_c"), fmt_ms(f), d / f, verdict(d / f <= 2)))
         for tk in ("torchrun1", "torchrun2", "torchrun1_5s"):
             t = med(rr, tk)
             if t:
