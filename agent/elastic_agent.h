@@ -62,6 +62,9 @@ struct AgentOptions {
   // Folder for per-attempt, per-rank files: error.json always, stdout.log/stderr.log when logs are
   // kept (LogOptions::logDir set, or redirects/tee ask for files).
   std::string runDir;
+  // runDir is the agent's own temporary folder (no logs in it, removed at exit): a rank's files lie
+  // flat in it instead of in attempt_N/<local rank>/ folders.
+  bool flatRunDir = false;
   bool writeLogFiles = false;
   // ddprun's stdout and stderr (worker lines, the failure report); null: the agent makes writers
   // on fds 1 and 2.

@@ -110,8 +110,6 @@ class BlockAllSignals {
   sigset_t saved_;
 };
 
-bool refusedByKernelOrFilter(int error) { return error == ENOSYS || error == EPERM || error == EINVAL || error == E2BIG; }
-
 SpawnResult viaVfork(ChildContext& ctx) {
   SpawnResult result;
   ctx.moveIntoCgroup = true;
@@ -138,7 +136,7 @@ SpawnResult spawnWorker(const WorkerSpawnSpec& spec, SpawnMethod method, bool* c
                            !(clone3Refused && *clone3Refused);
     if (tryClone3) {
       // Allocated here, not in the child; freed once the child has exec'd or exited (CLONE_VFORK).
-      auto stack = std::make_unique<unsigned char[]>(kChildStackBytes);
+      auto stack = std::make_unique_for_overwrite<unsigned char[]>(kChildStackBytes);
       clone_args args{};
       args.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
       args.exit_signal = SIGCHLD;
@@ -149,12 +147,11 @@ SpawnResult spawnWorker(const WorkerSpawnSpec& spec, SpawnMethod method, bool* c
       if (ret > 0) {
         result.pid = static_cast<pid_t>(ret);
         result.cloned = true;
-      } else if (refusedByKernelOrFilter(static_cast<int>(-ret))) {
-        if (clone3Refused) *clone3Refused = true;
-        result = viaVfork(ctx);
       } else {
-        result.error = static_cast<int>(-ret);
-        return result;
+        // Refused (ENOSYS or EPERM from a seccomp filter, EINVAL before Linux 5.7, EACCES on the
+        // cgroup) or out of resources: vfork reports the latter again, and the former for good.
+        if (clone3Refused && ret != -EAGAIN && ret != -ENOMEM) *clone3Refused = true;
+        result = viaVfork(ctx);
       }
     } else {
       result = viaVfork(ctx);

@@ -47,9 +47,9 @@ struct SpawnResult {
 // thread (PR_SET_PDEATHSIG), with default handlers for every signal the agent catches and
 // SIGPIPE, an empty signal mask, no fd of the agent above 2, and then execs spec.path. Returns
 // only after the exec succeeded or failed (the child runs on the agent's memory until then).
-// When clone3 is refused (seccomp filters in some container runtimes answer ENOSYS or EPERM,
-// kernels before 5.7 EINVAL), falls back to kVfork and sets *clone3Refused so that the caller
-// stops trying.
+// When clone3 fails (seccomp filters in some container runtimes answer ENOSYS or EPERM, kernels
+// before 5.7 EINVAL, a cgroup we may not enter EACCES), falls back to kVfork; unless the failure
+// was for want of resources, sets *clone3Refused so that the caller stops trying.
 SpawnResult spawnWorker(const WorkerSpawnSpec& spec, SpawnMethod method, bool* clone3Refused);
 
 // Whether this build can start a child with clone3 on the agent's memory (x86-64 only: the

@@ -142,6 +142,7 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
         rendezvousOptions(cfg), [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
   }
   AgentOptions options = agentOptions(cfg, runDir.path());
+  options.flatRunDir = runDir.temporary();
   if (!cfg.tokenFile.empty()) options.inherited.set("DDPRUN_RDZV_TOKEN_FILE", cfg.tokenFile);
   for (const auto& [name, value] : multiNode.workerEnv) options.inherited.set(name, value);
   options.stdoutConsole = console;

@@ -35,6 +35,7 @@ struct AgentSetup {
   bool keepOutputFds = false;
   ddprun::LogOptions log = {};
   bool writeLogFiles = false;
+  bool flatRunDir = false;
   bool virtualLocalRank = false;
   std::string role = "default";
   std::string localRankArg = {};
@@ -108,6 +109,7 @@ struct AgentHarness {
     o.runDir = runDir.path();
     o.log = setup.log;
     o.writeLogFiles = setup.writeLogFiles;
+    o.flatRunDir = setup.flatRunDir;
     o.virtualLocalRank = setup.virtualLocalRank;
     o.role = setup.role;
     o.localRankArg = setup.localRankArg;

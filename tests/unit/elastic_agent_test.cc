@@ -327,6 +327,38 @@ TEST_CASE("the failure summary lists other workers that failed on their own", "[
   CHECK_THAT(text, !Catch::Contains("rank 2 (local_rank: 2)"));
 }
 
+TEST_CASE("in the agent's own temporary folder a rank's files lie flat, and a failure's error file is read there", "[agent]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 1, .flatRunDir = true});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(h.envOf(i, "TORCHELASTIC_ERROR_FILE") == h.runDir.path() + "/attempt_0." + std::to_string(i) + ".error.json");
+    CHECK(h.envOf(i, "DDPRUN_FLIGHT_RECORDER") == h.runDir.path() + "/attempt_0." + std::to_string(i) + ".flight_recorder");
+  }
+  CHECK(h.envOf(0, "DDPRUN_STORE_ADDR").empty() == false);
+  // No folder per attempt or per rank: one for the round's store, nothing else.
+  std::vector<std::string> folders;
+  for (const auto& entry : std::filesystem::directory_iterator(h.runDir.path())) {
+    if (entry.is_directory()) folders.push_back(entry.path().filename().string());
+  }
+  CHECK(folders == std::vector<std::string>{"store_round_1"});
+  // The restarted attempt has files of its own.
+  h.supervisor.exitProcess(1001, 3);
+  h.pump();
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  CHECK(h.envOf(2, "TORCHELASTIC_ERROR_FILE") == h.runDir.path() + "/attempt_1.0.error.json");
+  // A failure of the last attempt shows the error file it wrote there.
+  ddprun::test::writeFile(h.envOf(3, "TORCHELASTIC_ERROR_FILE"), R"({"message": "FLAT ERROR FILE"})");
+  h.supervisor.exitProcess(1003, 2);
+  h.pump();
+  h.supervisor.killProcess(1002, SIGTERM);
+  h.pump();
+  CHECK_THAT(h.errText(), Catch::Contains("FLAT ERROR FILE"));
+  CHECK(h.statuses == std::vector<int>{2});
+}
+
 TEST_CASE("a stale error file from an earlier run is removed before the workers start", "[agent]") {
   AgentHarness h(AgentSetup{.nproc = 1});
   std::string stale = h.runDir.path() + "/attempt_0/0/error.json";
