@@ -314,12 +314,17 @@ def bench_launch(hyg, tmp, launcher, timeout_s):
         run.leftovers = run.finish()
 
 
+RESTART_SETTLE_S = 0.0  # --restart-settle: a quiet time between "all running" and the SIGKILL
+
+
 def bench_restart(hyg, tmp, launcher, timeout_s):
     run = Run("restart", hyg, tmp, launcher, "restart", 1, timeout_s)
     try:
         run.start()
         recs0 = run.wait_records(0, timeout_s)
         victim = recs0[VICTIM_LOCAL_RANK][1]
+        if RESTART_SETTLE_S:
+            time.sleep(RESTART_SETTLE_S)
         t_kill = time.monotonic_ns()
         os.kill(victim, signal.SIGKILL)
         rc, t_exit = run.wait()
@@ -476,9 +481,14 @@ def main():
                          "its label and keeps the others)")
     ap.add_argument("--raw", metavar="PATH",
                     help="also write every sample (JSON) there, to look into outliers")
+    ap.add_argument("--restart-settle", type=float, default=0.0,
+                    help="seconds between all workers running and the SIGKILL of the restart bench "
+                         "(a job that ran a while: the kernel's per-migration state has gone cold)")
     ap.add_argument("--only", default="launch,restart,footprint",
                     help="comma-separated subset of launch,restart,footprint")
     args = ap.parse_args()
+    global RESTART_SETTLE_S
+    RESTART_SETTLE_S = args.restart_settle
     if args.smoke:
         args.quick = args.no_write = True
 
