@@ -248,10 +248,11 @@ std::optional<EtcdKeyValue> EtcdClient::get(const std::string& key, int64_t* rev
   return EtcdKeyValue{kv.key(), kv.value(), kv.create_revision(), kv.mod_revision(), kv.version(), kv.lease()};
 }
 
-std::vector<EtcdKeyValue> EtcdClient::getPrefix(const std::string& prefix, int64_t* revision) {
+std::vector<EtcdKeyValue> EtcdClient::getPrefix(const std::string& prefix, int64_t* revision, int64_t atRevision) {
   etcdserverpb::RangeRequest req;
   req.set_key(prefix);
   req.set_range_end(etcdPrefixEnd(prefix));
+  if (atRevision > 0) req.set_revision(atRevision);
   etcdserverpb::RangeResponse resp;
   call("get prefix", [&](Member& m, grpc::ClientContext& c) { return m.kv->Range(&c, req, &resp); });
   if (revision) *revision = resp.header().revision();

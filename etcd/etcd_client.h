@@ -76,7 +76,8 @@ class EtcdClient {
 
   std::optional<EtcdKeyValue> get(const std::string& key, int64_t* revision = nullptr);
   // Every key under prefix, by key; revision gets the store's revision the answer is at.
-  std::vector<EtcdKeyValue> getPrefix(const std::string& prefix, int64_t* revision = nullptr);
+  // atRevision > 0: the keys as they were at that revision (an error once it is compacted).
+  std::vector<EtcdKeyValue> getPrefix(const std::string& prefix, int64_t* revision = nullptr, int64_t atRevision = 0);
   int64_t countPrefix(const std::string& prefix);
   // Returns the revision of the put.
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);

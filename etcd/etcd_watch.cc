@@ -17,7 +17,11 @@ int64_t SteadyClockNs() {
 }  // namespace
 
 EtcdWatch::EtcdWatch(EtcdClient& client, std::string key, std::string rangeEnd, int64_t afterRevision)
-    : client_(client), key_(std::move(key)), rangeEnd_(std::move(rangeEnd)), nextRevision_(afterRevision + 1) {
+    : client_(client),
+      key_(std::move(key)),
+      rangeEnd_(std::move(rangeEnd)),
+      nextRevision_(afterRevision == kFromNow ? 0 : afterRevision + 1),
+      startedAfter_(afterRevision == kFromNow ? 0 : afterRevision) {
   reader_ = std::thread([this] { run(); });
 }
 
@@ -38,6 +42,14 @@ std::vector<mvccpb::Event> EtcdWatch::next(std::chrono::steady_clock::time_point
   std::vector<mvccpb::Event> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
   events_.clear();
   return out;
+}
+
+std::optional<int64_t> EtcdWatch::startedAfter(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_until(lock, deadline, [&] { return startedAfter_ > 0 || error_; });
+  if (startedAfter_ > 0) return startedAfter_;
+  if (error_) std::rethrow_exception(error_);
+  return std::nullopt;
 }
 
 void EtcdWatch::run() {
@@ -75,7 +87,7 @@ bool EtcdWatch::streamOnce(std::size_t endpoint) {
     auto* create = req.mutable_create_request();
     create->set_key(key_);
     create->set_range_end(rangeEnd_);
-    create->set_start_revision(nextRevision_);
+    if (nextRevision_ > 0) create->set_start_revision(nextRevision_);  // else from now
   }
   auto stream = client_.watchStub(endpoint).Watch(&context);
   bool created = false;
@@ -113,8 +125,15 @@ bool EtcdWatch::streamOnce(std::size_t endpoint) {
     etcdserverpb::WatchResponse resp;
     while (stream->Read(&resp)) {
       heardNs = SteadyClockNs();
-      if (resp.created()) created = true;
       std::lock_guard<std::mutex> lock(mutex_);
+      if (resp.created()) {
+        created = true;
+        if (nextRevision_ == 0) {  // from now: etcd delivers every change after its revision now
+          startedAfter_ = resp.header().revision();
+          nextRevision_ = startedAfter_ + 1;
+          cv_.notify_all();
+        }
+      }
       if (resp.compact_revision() > 0) {
         error_ = std::make_exception_ptr(EtcdCompacted("etcd watch on '" + key_ + "': revision " +
                                                        std::to_string(nextRevision_) + " was compacted (now " +

@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,9 +36,16 @@ class EtcdCompacted : public StateError {
 
 class EtcdWatch {
  public:
+  // afterRevision for a watch of every change from the moment etcd creates it.
+  static constexpr int64_t kFromNow = -1;
+
   // Watches [key, rangeEnd) (rangeEnd empty: the key alone) for every change after revision
   // `afterRevision` (the revision a read answered at, so that nothing between the read and the
-  // watch is missed). The client must outlive the watch.
+  // watch is missed), or, with kFromNow, after the revision at which etcd created it
+  // (startedAfter()). Prefer kFromNow then a read at startedAfter() on a latency path: etcd 3.4
+  // serves a watch whose start revision is already behind (a write landed between the read and
+  // the watch) from a catch-up loop that runs every 100 ms, while a watch from now gets each event
+  // as it commits. The client must outlive the watch.
   EtcdWatch(EtcdClient& client, std::string key, std::string rangeEnd, int64_t afterRevision);
   ~EtcdWatch();
   EtcdWatch(const EtcdWatch&) = delete;
@@ -47,6 +55,11 @@ class EtcdWatch {
   // ConnectionError when no member could carry the watch for the client's retryTimeout;
   // EtcdCompacted when the revision was compacted away.
   std::vector<mvccpb::Event> next(std::chrono::steady_clock::time_point deadline);
+
+  // The revision this watch delivers every change after: afterRevision, or for kFromNow the
+  // store's revision when etcd created the watch; nullopt while it is not created yet at
+  // deadline. ConnectionError as next().
+  std::optional<int64_t> startedAfter(std::chrono::steady_clock::time_point deadline);
 
  private:
   void run();
@@ -60,7 +73,8 @@ class EtcdWatch {
   std::deque<mvccpb::Event> events_;
   std::exception_ptr error_;
   bool stopping_ = false;
-  int64_t nextRevision_;                  // where a reconnected stream resumes
+  int64_t nextRevision_;                  // where a reconnected stream resumes; 0: from now
+  int64_t startedAfter_ = 0;              // 0 until known (kFromNow: until created)
   grpc::ClientContext* context_ = nullptr;  // the running stream's, for cancelling it
   std::thread reader_;
 };

@@ -104,16 +104,26 @@ class EtcdRendezvous final : public Rendezvous {
   void joinEtcd() {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     jobLease_ = jobLease(ttl() * 2);
-    int64_t revision = 0;
-    client_.get(rdzv_ + "nodes/" + o_.nodeId, &revision);
+    // This node's notices from now: the watch must exist before the join is written (no notice can
+    // come earlier), and a watch from now gets each notice as it commits (EtcdWatch, kFromNow).
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
-                                           etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), revision);
+                                           etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), EtcdWatch::kFromNow);
+    if (!watchStarted(*notices_)) return;  // stopping
     putNode();
     if (stopping_) return;
     threads_.emplace_back([this] { keepAlive(); });
     threads_.emplace_back([this] { follow(); });
     threads_.emplace_back([this] { elect(); });
     threads_.emplace_back([this] { writeReports(); });
+  }
+
+  // The revision a watch from now starts after, once etcd created it; nullopt when this node
+  // stops first. ConnectionError when no member carried it for the client's retry timeout.
+  std::optional<int64_t> watchStarted(EtcdWatch& watch) {
+    while (!stopping_) {
+      if (auto from = watch.startedAfter(SteadyClock::now() + std::chrono::milliseconds(50))) return from;
+    }
+    return std::nullopt;
   }
 
   // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
@@ -432,8 +442,18 @@ class EtcdRendezvous final : public Rendezvous {
   // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
   // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
   DriveEnd drive() {
-    int64_t revision = 0;
-    auto all = client_.getPrefix(rdzv_, &revision);
+    // The watch first, from now, then everything under rdzv/ as of the revision it starts after:
+    // nothing is missed or seen twice, and the watch gets each join as it commits (EtcdWatch).
+    EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), EtcdWatch::kFromNow);
+    std::optional<int64_t> from;
+    try {
+      from = watchStarted(watch);
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): driver lost its watch: {}", e.what());
+      return DriveEnd::kWatchLost;
+    }
+    if (!from) return DriveEnd::kOver;  // this process stops
+    auto all = client_.getPrefix(rdzv_, nullptr, *from);
     const std::string nodes = rdzv_ + "nodes/";
     std::set<std::string> keyed;  // nodes whose key exists: alive, as far as etcd knows
     std::optional<pb::RendezvousSnapshot> saved;
@@ -471,7 +491,6 @@ class EtcdRendezvous final : public Rendezvous {
       spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
     }
     for (const auto& kv : all) apply(host, live, kv.key, &kv.value, out, applied);
-    EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), revision);
     while (!stopping_) {
       Micros now = monotonicNow();
       for (const auto& id : live) {

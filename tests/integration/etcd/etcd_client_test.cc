@@ -91,6 +91,29 @@ TEST_CASE("etcd client: a watch sees a put made by another client", "[etcd]") {
   CHECK(ev.kv().value() == "hello");
 }
 
+TEST_CASE("etcd client: a watch from now starts after a revision; a read at it plus the watch see every change once", "[etcd]") {
+  if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
+  EtcdTestCluster cluster;
+  EtcdClient watcher(optionsFor(cluster, 0));
+  EtcdClient writer(optionsFor(cluster, 1));
+  int64_t before = writer.put("/n/a", "1");
+  EtcdWatch watch(watcher, "/n/", etcdPrefixEnd("/n/"), EtcdWatch::kFromNow);
+  auto from = watch.startedAfter(std::chrono::steady_clock::now() + kSafetyBound);
+  REQUIRE(from.has_value());
+  CHECK(*from >= before);
+  int64_t after = writer.put("/n/b", "2");
+  CHECK(after > *from);
+  // The read at the watch's start holds what came before it, the watch what came after.
+  auto keys = watcher.getPrefix("/n/", nullptr, *from);
+  REQUIRE(keys.size() == 1);
+  CHECK(keys[0].key == "/n/a");
+  auto ev = awaitEvent(watch, [](const mvccpb::Event&) { return true; });
+  CHECK(ev.kv().key() == "/n/b");
+  CHECK(ev.kv().mod_revision() == after);
+  // A read at an older revision does not see later keys.
+  CHECK(watcher.getPrefix("/n/", nullptr, before - 1).empty());
+}
+
 TEST_CASE("etcd client: an expired lease removes its keys (seen by a watch)", "[etcd]") {
   if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
   EtcdTestCluster cluster;
