@@ -211,40 +211,47 @@ int64_t EtcdStore::readAll(const std::vector<std::string>& keys, std::vector<boo
   return resp.header().revision();
 }
 
+void EtcdStore::throwTimeout(const std::set<std::string>& missing, std::chrono::milliseconds timeout) const {
+  std::string names;
+  for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m.substr(dataPrefix_.size());
+  throw ddprun::TimeoutError("store: timed out after " + std::to_string(timeout.count()) + " ms waiting for keys: " + names);
+}
+
 void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   if (keys.empty()) return;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<bool> present;
-  int64_t revision = readAll(keys, &present, nullptr);
+  readAll(keys, &present, nullptr);
   std::set<std::string> missing;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (!present[i]) missing.insert(dataKey(keys[i]));
   }
   if (missing.empty()) return;
-  // The whole round's prefix: its keys, and the round marker whose deletion ends the wait.
-  auto watch = std::make_unique<ddprun::EtcdWatch>(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix),
-                                                   revision);
-  while (!missing.empty()) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      std::string names;
-      for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m.substr(dataPrefix_.size());
-      throw ddprun::TimeoutError("store: timed out after " + std::to_string(timeout.count()) +
-                                 " ms waiting for keys: " + names);
+  // The whole round's prefix: its keys, and the round marker whose deletion ends the wait. From
+  // now, then read again what is still missing: a watch from the read's revision would land in
+  // etcd's 100 ms catch-up loop whenever another rank wrote in between (ddprun::EtcdWatch).
+  auto watchFromNow = [&] {
+    auto w = std::make_unique<ddprun::EtcdWatch>(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix),
+                                                 ddprun::EtcdWatch::kFromNow);
+    if (!w->startedAfter(deadline)) throwTimeout(missing, timeout);
+    std::vector<std::string> names;
+    for (const auto& m : missing) names.push_back(m.substr(dataPrefix_.size()));
+    std::vector<bool> now;
+    readAll(names, &now, nullptr);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (now[i]) missing.erase(dataKey(names[i]));
     }
+    return w;
+  };
+  auto watch = watchFromNow();
+  while (!missing.empty()) {
+    if (std::chrono::steady_clock::now() >= deadline) throwTimeout(missing, timeout);
     std::vector<mvccpb::Event> events;
     try {
       events = watch->next(deadline);
     } catch (const ddprun::EtcdCompacted&) {
-      // What happened meanwhile is lost to the watch: read again (the marker too) and go on from there.
-      std::vector<std::string> names;
-      for (const auto& m : missing) names.push_back(m.substr(dataPrefix_.size()));
-      std::vector<bool> now;
-      revision = readAll(names, &now, nullptr);
-      for (std::size_t i = 0; i < names.size(); ++i) {
-        if (now[i]) missing.erase(dataKey(names[i]));
-      }
-      watch = std::make_unique<ddprun::EtcdWatch>(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix),
-                                                  revision);
+      // What happened meanwhile is lost to the watch: watch anew and read again (the marker too).
+      watch = watchFromNow();
       continue;
     }
     for (const auto& ev : events) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,7 @@ class EtcdStore final : public Store {
   // Adds "the round marker exists" to a transaction's comparisons (fenceByRound).
   void guard(etcdserverpb::TxnRequest& t) const;
   [[noreturn]] void throwStale() const;
+  [[noreturn]] void throwTimeout(const std::set<std::string>& missing, std::chrono::milliseconds timeout) const;
   bool roundIsCurrent();
   // The lease of the round marker (the job's lease), 0 without fenceByRound.
   int64_t keyLease();
