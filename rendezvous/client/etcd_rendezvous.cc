@@ -106,10 +106,12 @@ class EtcdRendezvous final : public Rendezvous {
     jobLease_ = jobLease(ttl() * 2);
     // This node's notices from now: the watch must exist before the join is written (no notice can
     // come earlier), and a watch from now gets each notice as it commits (EtcdWatch, kFromNow).
+    // etcd creates it (on the watch's own thread) while the node lease is granted here. Not before
+    // the job lease: that call finds a member that answers, which the watch then starts on (a
+    // watch opened on a frozen member waits out its probe first).
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
                                            etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), EtcdWatch::kFromNow);
-    if (!watchStarted(*notices_)) return;  // stopping
-    putNode();
+    if (!putNode([this] { return watchStarted(*notices_).has_value(); })) return;  // stopping
     if (stopping_) return;
     threads_.emplace_back([this] { keepAlive(); });
     threads_.emplace_back([this] { follow(); });
@@ -131,14 +133,17 @@ class EtcdRendezvous final : public Rendezvous {
 
   // A fresh node lease and this node's key on it: the driver reads a join (after the leave of
   // the old key, if it had one: etcd orders the two).
-  void putNode() {
+  // `beforePut`, when given, runs between the grant and the put; false from it: nothing is put.
+  bool putNode(const std::function<bool()>& beforePut = {}) {
     auto sent = SteadyClock::now();
     int64_t lease = client_.grantLease(ttl());
     nodeLease_ = lease;
     renewed(sent);
+    if (beforePut && !beforePut()) return false;
     pb::Join j;
     toProto(joinRequestOf(o_, core_.round()), &j);
     client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
+    return true;
   }
 
   // As the gRPC backend's: also true for the running round once etcd has been silent past the
