@@ -17,12 +17,19 @@
 //             its neighbour's (a get that waits until the key exists).
 //   steady    (--steady_seconds S) every agent only heartbeats; the daemon's CPU per second, and
 //             whether any agent was told anything (a dropped node interrupts everyone's round).
+// --distinct_sources: each agent connects from its own loopback address (127.0.0.2, .3, ...), as
+// agents on as many hosts do, instead of all from 127.0.0.1 (one NAT gateway).
 // Prints one JSON object. Bounded: --timeout_s ends the run (exit 3) whatever happens; the
 // process ends with _exit, leaving the connections to the kernel. --pause_before_join_ms leaves
 // time to attach a profiler to the daemon between the connect and join phases.
+#include <arpa/inet.h>
+#include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +82,7 @@ struct Options {
   uint32_t seed = 1;
   int pauseBeforeJoinMs = 0;  // a profiling aid: time to attach `perf record -p` to the daemon
   std::string token;          // the job token, from --token_file
+  bool distinctSources = false;  // each agent from its own loopback address (127.x.y.z)
 };
 
 // ---- /proc figures ----
@@ -442,7 +450,32 @@ std::string target(const std::string& address) {
   return address;
 }
 
-std::shared_ptr<grpc::Channel> agentChannel(const Options& o) {
+// --distinct_sources: agent i connects from its own loopback address, 127.0.0.2 onwards (all of
+// 127/8 is loopback on Linux), as agents on as many hosts do; the guard's per-address limits then
+// see one agent per address. Returns a connected socket, or -1.
+int connectFrom(long index, const std::string& address) {
+  const auto colon = address.rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(std::atoi(address.substr(colon + 1).c_str())));
+  if (colon == std::string::npos || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) return -1;
+  const uint32_t v = static_cast<uint32_t>(index) + 2;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl((127u << 24) | (v & 0xffffffu));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::shared_ptr<grpc::Channel> agentChannel(const Options& o, long index) {
   // As ddprun's agent (rendezvous/client/grpc_rendezvous.cc), plus a subchannel pool of its own: a
   // connection per agent, as separate processes have.
   grpc::ChannelArguments args;
@@ -457,6 +490,13 @@ std::shared_ptr<grpc::Channel> agentChannel(const Options& o) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (o.distinctSources) {
+    // Connected here and handed over: such a channel does not reconnect, which a benchmark run
+    // does not need.
+    const int fd = connectFrom(index, o.address);
+    if (fd < 0) return nullptr;
+    return grpc::CreateCustomInsecureChannelFromFd(target(o.address), fd, args);
+  }
   return grpc::CreateCustomChannel(target(o.address), grpc::InsecureChannelCredentials(), args);
 }
 
@@ -606,6 +646,7 @@ void quiesce(const Options& o, std::chrono::milliseconds limit) {
   std::cerr << "usage: " << argv0
             << " --address HOST:PORT [--daemon_pid PID] [--jobs J] [--nodes N] [--heartbeat_timeout_ms MS]\n"
                "       [--steady_seconds S] [--store] [--connect_window W] [--timeout_s S] [--no_keepalive] [--tag T] [--seed N]\n"
+               "       [--distinct_sources]\n"
                "       [--pause_before_join_ms MS] [--token_file PATH]\n";
   std::exit(2);
 }
@@ -632,6 +673,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--seed") o.seed = static_cast<uint32_t>(std::atol(next().c_str()));
     else if (a == "--pause_before_join_ms") o.pauseBeforeJoinMs = std::atoi(next().c_str());
     else if (a == "--token_file") o.token = ddprun::readTokenFile(next(), "--token_file");
+    else if (a == "--distinct_sources") o.distinctSources = true;
     else usage(argv[0]);
   }
   const long total = static_cast<long>(o.jobs) * o.nodes;
@@ -709,7 +751,10 @@ int main(int argc, char** argv) {
   for (int j = 0; j < o.jobs; ++j) {
     const std::string runId = o.tag + "-" + std::to_string(j);
     for (int n = 0; n < o.nodes; ++n) {
-      channels.push_back(agentChannel(o));
+      channels.push_back(agentChannel(o, static_cast<long>(channels.size())));
+      if (!channels.back()) {
+        finish(1, "agent " + std::to_string(channels.size()) + " could not connect from its own loopback address (--distinct_sources)");
+      }
       agents.push_back(std::make_unique<Agent>(&shared, j, runId, "node-" + std::to_string(n), channels.back()));
     }
   }
