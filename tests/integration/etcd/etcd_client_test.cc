@@ -91,7 +91,7 @@ TEST_CASE("etcd client: a watch sees a put made by another client", "[etcd]") {
   CHECK(ev.kv().value() == "hello");
 }
 
-TEST_CASE("etcd client: a watch from now starts after a revision; a read at it plus the watch see every change once", "[etcd]") {
+TEST_CASE("etcd client: a watch from now, and a read at the revision it starts after, see every change once", "[etcd]") {
   if (auto why = EtcdTestCluster::unavailableReason(); !why.empty()) DDPRUN_SKIP(why);
   EtcdTestCluster cluster;
   EtcdClient watcher(optionsFor(cluster, 0));
