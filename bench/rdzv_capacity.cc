@@ -215,8 +215,14 @@ class QueuedStream : public grpc::ClientBidiReactor<W, R> {
 // One simulated agent: a Session stream on its own connection.
 class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
  public:
-  Agent(Shared* shared, int job, std::string runId, std::string nodeId, std::shared_ptr<grpc::Channel> channel)
-      : QueuedStream(shared), job(job), runId(std::move(runId)), nodeId(std::move(nodeId)), channel(std::move(channel)) {}
+  Agent(Shared* shared, int job, std::string runId, std::string nodeId, std::shared_ptr<grpc::Channel> channel,
+        std::string host)
+      : QueuedStream(shared),
+        job(job),
+        runId(std::move(runId)),
+        nodeId(std::move(nodeId)),
+        host(std::move(host)),
+        channel(std::move(channel)) {}
 
   void start() {
     stub_ = pb::Rendezvous::NewStub(channel);
@@ -281,6 +287,7 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
   const int job;
   const std::string runId;
   const std::string nodeId;
+  const std::string host;  // what its Join names: the address it connects from
   std::shared_ptr<grpc::Channel> channel;
   std::atomic<int64_t> joinIssuedNs{0};
   std::atomic<int64_t> joinWrittenNs{0};
@@ -453,16 +460,20 @@ std::string target(const std::string& address) {
 // --distinct_sources: agent i connects from its own loopback address, 127.0.0.2 onwards (all of
 // 127/8 is loopback on Linux), as agents on as many hosts do; the guard's per-address limits then
 // see one agent per address. Returns a connected socket, or -1.
+std::string sourceAddressOf(long index) {
+  const uint32_t v = static_cast<uint32_t>(index) + 2;
+  return "127." + std::to_string((v >> 16) & 255) + "." + std::to_string((v >> 8) & 255) + "." + std::to_string(v & 255);
+}
+
 int connectFrom(long index, const std::string& address) {
   const auto colon = address.rfind(':');
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_port = htons(static_cast<uint16_t>(std::atoi(address.substr(colon + 1).c_str())));
   if (colon == std::string::npos || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) return -1;
-  const uint32_t v = static_cast<uint32_t>(index) + 2;
   sockaddr_in from{};
   from.sin_family = AF_INET;
-  from.sin_addr.s_addr = htonl((127u << 24) | (v & 0xffffffu));
+  if (::inet_pton(AF_INET, sourceAddressOf(index).c_str(), &from.sin_addr) != 1) return -1;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   const int one = 1;
@@ -755,10 +766,13 @@ int main(int argc, char** argv) {
       if (!channels.back()) {
         finish(1, "agent " + std::to_string(channels.size()) + " could not connect from its own loopback address (--distinct_sources)");
       }
-      agents.push_back(std::make_unique<Agent>(&shared, j, runId, "node-" + std::to_string(n), channels.back()));
+      agents.push_back(std::make_unique<Agent>(&shared, j, runId, "node-" + std::to_string(n), channels.back(),
+                                               o.distinctSources ? sourceAddressOf(static_cast<long>(channels.size()) - 1)
+                                                                 : std::string("127.0.0.1")));
     }
   }
-  const int ready = connectAll(channels, o.connectWindow, deadline);
+  // A channel made from a connected socket has no connectivity state to watch (gRPC aborts).
+  const int ready = o.distinctSources ? total : connectAll(channels, o.connectWindow, deadline);
   if (ready != total) finish(1, std::to_string(total - ready) + " of " + std::to_string(total) + " agents could not connect");
   quiesce(o, std::chrono::seconds(20));
   if (o.daemonPid > 0) {
@@ -802,7 +816,7 @@ int main(int argc, char** argv) {
     j->set_node_id(a->nodeId);
     j->set_local_world_size(8);
     *j->mutable_rules() = rules;
-    j->set_host("127.0.0.1");
+    j->set_host(a->host);
     j->set_master_port(port++ % 30000 + 30000);
     j->set_node_rank(-1);
     j->set_reports_stopped(true);  // as ddprun's agents: it answers RoundInterrupted with WorkersStopped
