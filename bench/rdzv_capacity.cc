@@ -22,14 +22,9 @@
 // Prints one JSON object. Bounded: --timeout_s ends the run (exit 3) whatever happens; the
 // process ends with _exit, leaving the connections to the kernel. --pause_before_join_ms leaves
 // time to attach a profiler to the daemon between the connect and join phases.
-#include <arpa/inet.h>
-#include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,9 +47,11 @@
 #include <thread>
 #include <vector>
 
+#include "capacity_channels.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "common/token_file.h"
+#include "proc_sample.h"
 #include "rpc/grpc_runtime.h"
 #include "rpc/grpc_util.h"
 
@@ -62,6 +59,8 @@ namespace {
 
 namespace pb = ddprun::v1;
 using Clock = std::chrono::steady_clock;
+using capacity::ProcSample;
+using capacity::sampleProc;
 
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -84,46 +83,6 @@ struct Options {
   std::string token;          // the job token, from --token_file
   bool distinctSources = false;  // each agent from its own loopback address (127.x.y.z)
 };
-
-// ---- /proc figures ----
-
-struct ProcSample {
-  double cpuS = 0;  // utime + stime, every thread
-  long rssKb = 0;
-  long hwmKb = 0;
-  long threads = 0;
-  bool ok = false;
-};
-
-ProcSample sampleProc(pid_t pid) {
-  ProcSample s;
-  const std::string dir = pid > 0 ? "/proc/" + std::to_string(pid) : std::string("/proc/self");
-  std::ifstream stat(dir + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return s;
-  auto close = line.rfind(')');
-  if (close == std::string::npos) return s;
-  std::istringstream fields(line.substr(close + 2));
-  std::string f;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::strtoull(f.c_str(), nullptr, 10);
-    if (i == 15) {
-      stime = std::strtoull(f.c_str(), nullptr, 10);
-      break;
-    }
-  }
-  s.cpuS = static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::ifstream status(dir + "/status");
-  while (std::getline(status, line)) {
-    auto value = [&] { return std::strtol(line.c_str() + line.find(':') + 1, nullptr, 10); };
-    if (line.rfind("VmRSS:", 0) == 0) s.rssKb = value();
-    if (line.rfind("VmHWM:", 0) == 0) s.hwmKb = value();
-    if (line.rfind("Threads:", 0) == 0) s.threads = value();
-  }
-  s.ok = true;
-  return s;
-}
 
 // ---- shared counters ----
 
@@ -449,127 +408,6 @@ class Heartbeats {
   std::thread thread_;
 };
 
-// ---- connecting ----
-
-std::string target(const std::string& address) {
-  // An IP literal skips the DNS resolver (and its work per channel); a name goes through it.
-  if (!address.empty() && address[0] >= '0' && address[0] <= '9') return "ipv4:" + address;
-  return address;
-}
-
-// --distinct_sources: agent i connects from its own loopback address, 127.0.0.2 onwards (all of
-// 127/8 is loopback on Linux), as agents on as many hosts do; the guard's per-address limits then
-// see one agent per address. Returns a connected socket, or -1.
-std::string sourceAddressOf(long index) {
-  const uint32_t v = static_cast<uint32_t>(index) + 2;
-  return "127." + std::to_string((v >> 16) & 255) + "." + std::to_string((v >> 8) & 255) + "." + std::to_string(v & 255);
-}
-
-int connectFrom(long index, const std::string& address) {
-  const auto colon = address.rfind(':');
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(std::atoi(address.substr(colon + 1).c_str())));
-  if (colon == std::string::npos || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) return -1;
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, sourceAddressOf(index).c_str(), &from.sin_addr) != 1) return -1;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-std::shared_ptr<grpc::Channel> agentChannel(const Options& o, long index) {
-  // As ddprun's agent (rendezvous/client/grpc_rendezvous.cc), plus a subchannel pool of its own: a
-  // connection per agent, as separate processes have.
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(4 << 20);
-  args.SetMaxSendMessageSize(4 << 20);
-  if (o.keepalive) {
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(std::max<uint32_t>(o.heartbeatTimeoutMs / 2, 100)));
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(std::max<uint32_t>(o.heartbeatTimeoutMs, 100)));
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  }
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  if (o.distinctSources) {
-    // Connected here and handed over: such a channel does not reconnect, which a benchmark run
-    // does not need.
-    const int fd = connectFrom(index, o.address);
-    if (fd < 0) return nullptr;
-    return grpc::CreateCustomInsecureChannelFromFd(target(o.address), fd, args);
-  }
-  return grpc::CreateCustomChannel(target(o.address), grpc::InsecureChannelCredentials(), args);
-}
-
-std::shared_ptr<grpc::Channel> storeChannel(const Options& o) {
-  // As ddprun's store client (rpc/grpc_util.cc makeChannel), one connection per worker.
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(80 << 20);
-  args.SetMaxSendMessageSize(80 << 20);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target(o.address), grpc::InsecureChannelCredentials(), args);
-}
-
-// Brings every channel to READY, at most `window` connecting at once. Returns how many did
-// before `deadline`.
-int connectAll(const std::vector<std::shared_ptr<grpc::Channel>>& channels, int window, Clock::time_point deadline) {
-  grpc::CompletionQueue cq;
-  const int n = static_cast<int>(channels.size());
-  const auto until = std::chrono::system_clock::now() +
-                     std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - Clock::now());
-  int next = 0, ready = 0, failed = 0, inflight = 0;
-  auto watch = [&](int i, grpc_connectivity_state last) {
-    channels[static_cast<size_t>(i)]->NotifyOnStateChange(last, until, &cq, reinterpret_cast<void*>(static_cast<intptr_t>(i)));
-  };
-  while (ready + failed < n) {
-    while (next < n && inflight < window) {
-      const int i = next++;
-      auto state = channels[static_cast<size_t>(i)]->GetState(true);
-      if (state == GRPC_CHANNEL_READY) {
-        ++ready;
-      } else {
-        ++inflight;
-        watch(i, state);
-      }
-    }
-    if (inflight == 0) continue;
-    void* tag = nullptr;
-    bool ok = false;
-    if (!cq.Next(&tag, &ok)) break;
-    const int i = static_cast<int>(reinterpret_cast<intptr_t>(tag));
-    if (!ok) {  // the deadline passed
-      ++failed;
-      --inflight;
-      continue;
-    }
-    auto state = channels[static_cast<size_t>(i)]->GetState(true);
-    if (state == GRPC_CHANNEL_READY) {
-      ++ready;
-      --inflight;
-    } else {
-      watch(i, state);
-    }
-  }
-  cq.Shutdown();
-  void* tag = nullptr;
-  bool ok = false;
-  while (cq.Next(&tag, &ok)) {
-  }
-  return ready;
-}
-
 // ---- report ----
 
 class Json {
@@ -759,20 +597,21 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Agent>> agents;
   agents.reserve(static_cast<size_t>(total));
   std::vector<std::shared_ptr<grpc::Channel>> channels;
+  const capacity::AgentChannelSettings channelSettings{o.address, o.heartbeatTimeoutMs, o.keepalive, o.distinctSources};
   for (int j = 0; j < o.jobs; ++j) {
     const std::string runId = o.tag + "-" + std::to_string(j);
     for (int n = 0; n < o.nodes; ++n) {
-      channels.push_back(agentChannel(o, static_cast<long>(channels.size())));
+      channels.push_back(capacity::agentChannel(channelSettings, static_cast<long>(channels.size())));
       if (!channels.back()) {
         finish(1, "agent " + std::to_string(channels.size()) + " could not connect from its own loopback address (--distinct_sources)");
       }
       agents.push_back(std::make_unique<Agent>(&shared, j, runId, "node-" + std::to_string(n), channels.back(),
-                                               o.distinctSources ? sourceAddressOf(static_cast<long>(channels.size()) - 1)
+                                               o.distinctSources ? capacity::sourceAddressOf(static_cast<long>(channels.size()) - 1)
                                                                  : std::string("127.0.0.1")));
     }
   }
   // A channel made from a connected socket has no connectivity state to watch (gRPC aborts).
-  const int ready = o.distinctSources ? total : connectAll(channels, o.connectWindow, deadline);
+  const int ready = o.distinctSources ? total : capacity::connectAll(channels, o.connectWindow, deadline);
   if (ready != total) finish(1, std::to_string(total - ready) + " of " + std::to_string(total) + " agents could not connect");
   quiesce(o, std::chrono::seconds(20));
   if (o.daemonPid > 0) {
@@ -872,10 +711,10 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<StoreWorker>> workers;
     std::vector<std::shared_ptr<grpc::Channel>> storeChannels;
     for (int i = 0; i < storeClients; ++i) {
-      storeChannels.push_back(storeChannel(o));
+      storeChannels.push_back(capacity::storeChannel(o.address));
       workers.push_back(std::make_unique<StoreWorker>(&shared, i, storeClients, runId, round, storeChannels.back()));
     }
-    if (connectAll(storeChannels, o.connectWindow, deadline) != storeClients) finish(1, "store clients could not connect");
+    if (capacity::connectAll(storeChannels, o.connectWindow, deadline) != storeClients) finish(1, "store clients could not connect");
     for (auto& w : workers) w->start();
     quiesce(o, std::chrono::seconds(20));
     {
