@@ -1,8 +1,9 @@
 // The real ProcessSupervisor: spawns with agent/worker_spawn.h (clone3 into the job's cgroup, or
-// vfork; either way the cost does not grow with the agent's memory), reaps every child through SIGCHLD on the event loop, and makes sure nothing
-// outlives the agent: each worker leads its own process group and dies with the agent's thread
-// (PR_SET_PDEATHSIG), the agent is a child subreaper so orphaned grandchildren come back to it, every
-// descendant carries a marker variable, and ddprun-watchdog covers kill -9 of the agent.
+// vfork; either way the cost does not grow with the agent's memory), reaps every child through
+// SIGCHLD on the event loop, and makes sure nothing outlives the agent: each worker leads its own
+// process group and dies with the agent's thread (PR_SET_PDEATHSIG), the agent is a child
+// subreaper so orphaned grandchildren come back to it, every descendant carries a marker
+// variable, and ddprun-watchdog covers kill -9 of the agent.
 #pragma once
 
 #include <chrono>

@@ -125,8 +125,6 @@ SpawnResult viaVfork(ChildContext& ctx) {
 
 }  // namespace
 
-bool spawnHasClone3() { return kHasClone3; }
-
 SpawnResult spawnWorker(const WorkerSpawnSpec& spec, SpawnMethod method, bool* clone3Refused) {
   ChildContext ctx{&spec, ::getpid(), false, 0};
   SpawnResult result;

@@ -52,8 +52,4 @@ struct SpawnResult {
 // was for want of resources, sets *clone3Refused so that the caller stops trying.
 SpawnResult spawnWorker(const WorkerSpawnSpec& spec, SpawnMethod method, bool* clone3Refused);
 
-// Whether this build can start a child with clone3 on the agent's memory (x86-64 only: the
-// child's entry needs a few instructions of assembly; elsewhere kVfork is used).
-bool spawnHasClone3();
-
 }  // namespace ddprun

@@ -154,3 +154,35 @@ TEST_CASE("supervisor: workers started after the job cgroup was killed run (a re
     CHECK(e.exitCode == 0);
   }
 }
+
+TEST_CASE("spawnWorker: clone3 starts the child in the cgroup with no cgroup.procs to write", "[supervisor]") {
+  std::string why;
+  auto cgroup = ddprun::JobCgroup::create("ddprun-spawn-test-" + std::to_string(::getpid()), &why);
+  if (!cgroup) DDPRUN_SKIP("no job cgroup can be made here: " + why);
+#if !defined(__x86_64__)
+  DDPRUN_SKIP("clone3 with a child stack is built for x86-64 only; elsewhere workers move in by cgroup.procs");
+#else
+  ddprun::test::TempDir dir;
+  const std::string out = dir.file("cgroup");
+  std::string script = "grep ^0:: /proc/self/cgroup > " + out;
+  char sh[] = "/bin/sh", c[] = "-c";
+  char* argv[] = {sh, c, script.data(), nullptr};
+  char path[] = "PATH=/usr/bin:/bin";
+  char* envp[] = {path, nullptr};
+  ddprun::WorkerSpawnSpec spec;
+  spec.path = "/bin/sh";
+  spec.argv = argv;
+  spec.envp = envp;
+  spec.cgroupDirFd = cgroup->spawnDirFd();
+  spec.cgroupProcsFd = -1;  // the fallback could not move it: only clone3 puts it there
+  bool refused = false;
+  ddprun::SpawnResult result = ddprun::spawnWorker(spec, ddprun::SpawnMethod::kAuto, &refused);
+  REQUIRE(result.pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(result.pid, &status, 0) == result.pid);
+  CHECK(WIFEXITED(status));
+  CHECK_FALSE(refused);
+  CHECK(result.cloned);
+  CHECK(ddprun::test::readFile(out).find("/" + cgroup->path().substr(cgroup->path().rfind('/') + 1)) != std::string::npos);
+#endif
+}
