@@ -25,5 +25,7 @@ for b in "${bins[@]}"; do
   done
 done
 cp "$root/examples/torch/ddp_train.py" "$dest/examples/"
+cp -r "$root/python" "$dest/python"   # the Python package (heartbeats), for the torch hang check
+find "$dest/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$root/scripts/gpu_check.sh" "$dest/"
 du -sh "$dest"

@@ -5,7 +5,10 @@
 # 2. train --backend nccl under ddprun (one rank per GPU) and the same run on gloo: same digest;
 # 3. two local ranks with one GPU visible and --backend nccl: a clear refusal, never a shared GPU;
 # 4. PyTorch 2.x (the machine's own) under ddprun: the torch DDP example on gloo, and an NCCL
-#    all_reduce on cuda through env://.
+#    all_reduce on cuda through env://;
+# 5. --numa_binding with the real driver's PCI addresses;
+# 6. hangs on real NCCL (two ranks on one GPU as two NCCL hosts): the SDK's flight recorder names
+#    the rank that stalled, and a torch job's stacks show where each rank waits.
 # Prints one "gpu_check: <name>: PASS|FAIL|INFO ..." line per check and a closing count.
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -112,6 +115,63 @@ for mode in node socket exclusive core-complex; do
 done
 ddprun --numa_binding=node --nproc_per_node=1 --no_python /bin/sh -c 'grep Cpus_allowed_list /proc/self/status' > numa_run.log 2>&1
 result "numa_binding=node, a worker's own affinity" INFO "$(tr '\n' ' ' < numa_run.log | cut -c1-200); machine: $(nproc) CPUs, nodes $(ls /sys/devices/system/node | grep -c node)"
+
+# 6. Hangs on real NCCL. One GPU holds two ranks only as two NCCL "hosts" (NCCL_HOSTID per rank,
+#    over sockets on loopback): NCCL refuses two ranks of one host on one device. A rank that
+#    stalls before an all-reduce leaves its peer waiting inside NCCL for good; ddprun must name it.
+export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0
+export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
+as_host='NCCL_HOSTID=ddprun-check-$RANK exec "$0" "$@"'
+train_args=(--backend nccl --device 0 --epochs 50 --samples 512 --timeout 600)
+#  a. the C++ SDK: the flight recorder blames rank 1, which never started all_reduce #7.
+timeout 120 ddprun --standalone --nproc_per_node=2 --hang_timeout=3 --no_python /bin/sh -c "$as_host" \
+  "$here/bin/train" "${train_args[@]}" --stall_at_step 7 > hang_sdk_stall.log 2>&1
+rc=$?
+line="$(grep -m1 -oE 'flight recorder: rank 1 never started all_reduce #[0-9]+[^;]*; rank 0 waits in it' hang_sdk_stall.log)"
+if [ $rc -eq 124 ] && [ -n "$line" ]; then result "hang, SDK on NCCL: rank 1 stalls before all_reduce" PASS "$line"; else
+  result "hang, SDK on NCCL: rank 1 stalls before all_reduce" FAIL "exit $rc: $(grep -v '^\s*$' hang_sdk_stall.log | tail -6 | tr '\n' ' ' | cut -c1-800)"; fi
+#  b. seed 001 on the SDK: rank 1 exits 0 at step 5. NCCL over sockets may see the peer's sockets
+#     close (an error, not a hang); either way the job must end, well before the 120 s bound.
+timeout 120 ddprun --standalone --nproc_per_node=2 --finish_timeout=3 --no_python /bin/sh -c "$as_host" \
+  "$here/bin/train" "${train_args[@]}" --leave_at_step 5 > hang_sdk_leave.log 2>&1
+rc=$?
+line="$(grep -m1 -oE 'flight recorder: rank 1 never started all_reduce #[0-9]+' hang_sdk_leave.log)"
+if [ $rc -eq 124 ] && [ -n "$line" ]; then result "hang, SDK on NCCL: rank 1 left (seed 001)" PASS "$line"
+elif [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -lt 128 ]; then
+  result "hang, SDK on NCCL: rank 1 left (seed 001)" INFO "not a hang here: exit $rc: $(grep -m2 -E 'exitcode|message' hang_sdk_leave.log | tr '\n' ' ' | cut -c1-400)"
+else result "hang, SDK on NCCL: rank 1 left (seed 001)" FAIL "exit $rc: $(grep -v '^\s*$' hang_sdk_leave.log | tail -6 | tr '\n' ' ' | cut -c1-800)"; fi
+#  c. torch 2.x on NCCL with the Python package's heartbeats: rank 1 sleeps before step 5's
+#     all_reduce, rank 0 waits in NCCL (in .item(), the stream's synchronisation). Both stacks.
+cat > torch_hang.py <<'EOF'
+import os, sys, time
+import torch, torch.distributed as dist
+import ddprun
+rank = int(os.environ["RANK"])
+os.environ["NCCL_HOSTID"] = "ddprun-check-%d" % rank  # two NCCL "hosts" on one GPU
+torch.cuda.set_device(0)
+dist.init_process_group("nccl")
+t = torch.ones(1 << 16, device="cuda")
+
+def stuck_before_all_reduce():
+    time.sleep(600)
+
+def waits_in_all_reduce(t):
+    dist.all_reduce(t)
+    return t[0].item()  # on NCCL the wait is here, in the stream's synchronisation
+
+for step in range(50):
+    ddprun.report_step(step)
+    if rank == 1 and step == 5:
+        stuck_before_all_reduce()
+    waits_in_all_reduce(t)
+    t.fill_(1)
+    time.sleep(0.05)
+EOF
+timeout 120 ddprun --standalone --nproc_per_node=2 --hang_timeout=3 torch_hang.py > hang_torch.log 2>&1
+rc=$?
+if [ $rc -eq 124 ] && grep -q "in waits_in_all_reduce" hang_torch.log && grep -q "in stuck_before_all_reduce" hang_torch.log; then
+  result "hang, torch on NCCL: both ranks' stacks" PASS "$(grep -m1 -oE 'is hung \([^)]*\)' hang_torch.log)"; else
+  result "hang, torch on NCCL: both ranks' stacks" FAIL "exit $rc: $(grep -v '^\s*$' hang_torch.log | tail -8 | tr '\n' ' ' | cut -c1-800)"; fi
 
 echo "gpu_check: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     auto store = ddp::makeStore(env);
     ddp::CommunicatorOptions commOptions;
     commOptions.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutS * 1000));
+    commOptions.device = options.device;
     auto comm = ddp::makeCommunicator(ddp::parseBackend(options.backend), env, *store, commOptions);
     return train::runTraining(options, env, *comm, std::cout);
   } catch (const std::exception& e) {

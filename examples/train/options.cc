@@ -25,7 +25,7 @@ T parseNumber(const std::string& flag, const std::string& text, T min) {
 
 const char* usage() {
   return "usage: train [--epochs N] [--batch B] [--lr X] [--seed S] [--samples N] [--backend gloo|nccl]\n"
-         "             [--checkpoint PATH] [--crash_at_epoch E] [--timeout SECONDS]\n"
+         "             [--checkpoint PATH] [--crash_at_epoch E] [--timeout SECONDS] [--device D]\n"
          "             [--stall_at_step N] [--leave_at_step N] [--slow_rank R --slow_ms MS]\n"
          "Run under ddprun, e.g.: ddprun --standalone --nproc_per_node=4 train --epochs 5\n";
 }
@@ -40,6 +40,7 @@ Options parseOptions(int argc, char** argv) {
       {"--seed", [&](auto& f, auto& v) { o.seed = parseNumber<uint64_t>(f, v, 0); }},
       {"--samples", [&](auto& f, auto& v) { o.samples = parseNumber<int>(f, v, 1); }},
       {"--timeout", [&](auto& f, auto& v) { o.timeoutS = parseNumber<double>(f, v, 0.001); }},
+      {"--device", [&](auto& f, auto& v) { o.device = parseNumber<int>(f, v, 0); }},
       {"--crash_at_epoch", [&](auto& f, auto& v) { o.crashAtEpoch = parseNumber<int>(f, v, 0); }},
       {"--stall_at_step", [&](auto& f, auto& v) { o.stallAtStep = parseNumber<int>(f, v, 0); }},
       {"--leave_at_step", [&](auto& f, auto& v) { o.leaveAtStep = parseNumber<int>(f, v, 0); }},

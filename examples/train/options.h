@@ -1,5 +1,5 @@
 // The trainer's command line: --epochs N --batch B --lr X --seed S --backend gloo|nccl
-// --checkpoint PATH --crash_at_epoch E --timeout S (both "--flag value" and "--flag=value").
+// --checkpoint PATH --crash_at_epoch E --timeout S --device D (both "--flag value" and "--flag=value").
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,9 @@ struct Options {
   int slowMs = 0;
   int samples = 4096;
   double timeoutS = 1800;      // the communicator's timeout (bootstrap and every collective)
+  // nccl: the CUDA device (-1: LOCAL_RANK's). Lets the real-GPU checks run two ranks on one GPU,
+  // each its own NCCL "host" (NCCL_HOSTID), as NCCL refuses two ranks of one host on one device.
+  int device = -1;
   bool help = false;
 };
 
