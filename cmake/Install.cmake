@@ -23,7 +23,7 @@ if(DDPRUN_PORTABLE)
 endif()
 
 # libddp's objects and the internal libraries it needs, position-independent for libddp.so.
-set(DDPRUN_SDK_ARCHIVES ddp ddprun_store_client ddprun_etcd_client ddprun_rpc ddprun_proto ddprun_common)
+set(DDPRUN_SDK_ARCHIVES ddp ddprun_store_client ddprun_etcd_client ddprun_rpc ddprun_tls ddprun_proto ddprun_common)
 set_target_properties(${DDPRUN_SDK_ARCHIVES} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
 # libddp.so: every object of libddp (whole archive), the internal libraries as needed; gRPC,
@@ -64,6 +64,8 @@ list(TRANSFORM DDPRUN_SDK_HEADERS PREPEND ${PROJECT_SOURCE_DIR}/worker_sdk/)
 install(FILES ${DDPRUN_SDK_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/worker_sdk COMPONENT sdk)
 # The errors libddp throws (ddprun::ConfigError, TimeoutError, ...), for a consumer to catch.
 install(FILES ${PROJECT_SOURCE_DIR}/common/error.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/common COMPONENT sdk)
+# RemoteStoreOptions' TLS files (standard library only).
+install(FILES ${PROJECT_SOURCE_DIR}/tls/tls_options.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/tls COMPONENT sdk)
 install(TARGETS ddp_shared EXPORT ddprunTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT sdk NAMELINK_COMPONENT sdk)
 install(FILES ${_ddp_static} DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT sdk)

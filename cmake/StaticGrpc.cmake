@@ -12,6 +12,8 @@
 # as before (plus absl::synchronization, which rpc/grpc_runtime.cc calls directly). So no link mixes the .so and the .a of one library.
 find_package(gRPC CONFIG REQUIRED)
 find_package(PkgConfig QUIET)
+# tls/ calls OpenSSL directly: the shared one with the shared gRPC, else the archive gRPC links.
+find_package(OpenSSL REQUIRED)
 
 set(_ddprun_static_grpc_found FALSE)
 if(PKG_CONFIG_FOUND)
@@ -58,9 +60,10 @@ add_library(ddprun::grpc ALIAS ddprun_grpc)
 if(DDPRUN_STATIC_GRPC)
   list(JOIN _ddprun_static_grpc_archives "," _ddprun_static_grpc_group)
   target_link_libraries(ddprun_grpc INTERFACE
-    "$<IF:$<BOOL:$<TARGET_PROPERTY:DDPRUN_STATIC_GRPC>>,$<LINK_GROUP:RESCAN,${_ddprun_static_grpc_group}>;${_ddprun_static_grpc_system},gRPC::grpc++;protobuf::libprotobuf;absl::synchronization>")
+    "$<IF:$<BOOL:$<TARGET_PROPERTY:DDPRUN_STATIC_GRPC>>,$<LINK_GROUP:RESCAN,${_ddprun_static_grpc_group}>;${_ddprun_static_grpc_system},gRPC::grpc++;protobuf::libprotobuf;absl::synchronization;OpenSSL::SSL;OpenSSL::Crypto>")
 else()
-  target_link_libraries(ddprun_grpc INTERFACE gRPC::grpc++ protobuf::libprotobuf absl::synchronization)
+  target_link_libraries(ddprun_grpc INTERFACE gRPC::grpc++ protobuf::libprotobuf absl::synchronization OpenSSL::SSL
+                        OpenSSL::Crypto)
 endif()
 
 # Also defines DDPRUN_GRPC_COMPILED_IN (1 or 0) for the executable's own sources (--version says it).

@@ -166,13 +166,17 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
       cfg.tokenFile = value;
     } else if (key == "protocol") {
       if (value != "http" && value != "https") throw ConfigError("--rdzv_conf protocol: expected http or https");
-      cfg.etcdTls = value == "https";
+      cfg.tls = value == "https";
     } else if (key == "cacert") {
-      cfg.etcdCaCert = value;
+      cfg.tlsCaCert = value;
     } else if (key == "cert") {
-      cfg.etcdCert = value;
+      cfg.tlsCert = value;
     } else if (key == "key") {
-      cfg.etcdKey = value;
+      cfg.tlsKey = value;
+    } else if (key == "server_cert") {
+      cfg.tlsServerCert = value;
+    } else if (key == "server_key") {
+      cfg.tlsServerKey = value;
     } else if (key == "etcd_prefix") {
       if (value.empty() || value[0] != '/') throw ConfigError("--rdzv_conf etcd_prefix: expected a key path starting with /");
       cfg.etcdPrefix = value;
@@ -182,8 +186,18 @@ void parseRendezvousConf(const std::string& text, LaunchConfig& cfg) {
     } else if (!ignored.count(key)) {
       throw ConfigError("--rdzv_conf: unknown key '" + key +
                         "' (known: join_timeout, last_call_timeout, heartbeat_timeout, is_host, token_file, "
-                        "and for etcd protocol, cacert, cert, key, etcd_prefix, auth_file)");
+                        "protocol, cacert, cert, key, server_cert, server_key, and for etcd etcd_prefix, auth_file)");
     }
+  }
+  if (cfg.tlsCert.empty() != cfg.tlsKey.empty()) {
+    throw ConfigError("--rdzv_conf: cert and key go together (this node's certificate and its key)");
+  }
+  if (cfg.tlsServerCert.empty() != cfg.tlsServerKey.empty()) {
+    throw ConfigError("--rdzv_conf: server_cert and server_key go together");
+  }
+  if (!cfg.tls && (!cfg.tlsCaCert.empty() || !cfg.tlsCert.empty() || !cfg.tlsServerCert.empty())) {
+    throw ConfigError("--rdzv_conf: cacert, cert and server_cert need protocol=https (else they would be ignored "
+                      "and the rendezvous would go in clear)");
   }
   if (cfg.joinTimeoutSeconds <= 0 || cfg.heartbeatTimeoutSeconds <= 0) {
     throw ConfigError("--rdzv_conf: join_timeout and heartbeat_timeout must be positive");

@@ -41,10 +41,15 @@ struct LaunchConfig {
   double heartbeatTimeoutSeconds = 5;
   std::optional<bool> isHost;          // unset: host when the endpoint is a free local address
   std::string tokenFile;               // else DDPRUN_RDZV_TOKEN
-  // --rdzv_backend=etcd (docs/etcd.md): torch's etcd keys (protocol, cacert, cert, key,
-  // etcd_prefix) and ours: etcd user and password from a file (auth_file, "USER:PASSWORD").
-  bool etcdTls = false;
-  std::string etcdCaCert, etcdCert, etcdKey, etcdAuthFile;
+  // TLS, torch's etcd keys for both backends (README "Security"): protocol=https, cacert (the CA
+  // the server must chain to), cert and key (this node's, for mTLS); for the gRPC backend an agent
+  // that hosts the rendezvous serves with server_cert and server_key, and asks the others for a
+  // certificate signed by cacert when it has one itself (cert).
+  bool tls = false;
+  std::string tlsCaCert, tlsCert, tlsKey, tlsServerCert, tlsServerKey;
+  // --rdzv_backend=etcd (docs/etcd.md): etcd_prefix, and etcd's user and password from a file
+  // (auth_file, "USER:PASSWORD").
+  std::string etcdAuthFile;
   std::string etcdPrefix = "/ddprun";
   // Multi-node: the rendezvous (a grpc server, or the first etcd member) at
   // endpointHost:endpointPort. Single node: a local one.

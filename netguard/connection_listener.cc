@@ -121,7 +121,10 @@ class ConnectionListener::Impl {
 
   void start(grpc::Server* server) {
     server_ = server;
-    if (options_.relay) {
+    if (options_.relay || options_.tls) {
+      RelayTls tls{options_.tls, options_.handshakeTimeout, [this](const std::string& address, const std::string& why) {
+        tlsFailure(address, why);
+      }};
       relay_ = std::make_unique<ConnectionRelay>(options_.abuse, RelayToken{options_.tokenMetadataKey, options_.token},
                                                  [this](const std::string& address, const std::string& why) {
         {
@@ -129,7 +132,7 @@ class ConnectionListener::Impl {
           ++stats_.relayCutForAbuse;
         }
         penalize(address, "it " + why);
-      });
+      }, std::move(tls));
     }
     baseline_ = openFdCount();
     estimate_ = baseline_;
@@ -209,6 +212,16 @@ class ConnectionListener::Impl {
       penalize(address, "it made " + why);
     }
     return admitted;
+  }
+
+  // A TLS connection that failed: counted and said (a line per 10 s at most), as every connection
+  // the front door closes. Not penalized: a wrong certificate is a configuration error, and a
+  // stalled handshake costs only its descriptors until the timeout.
+  void tlsFailure(const std::string& address, const std::string& why) {
+    count(&ConnectionListenerStats::tlsFailed);
+    if (auto held = tlsLog_.allow()) {
+      spdlog::warn("rendezvous: closed a TLS connection from {}: {}{}", address, why, heldBackNote(*held));
+    }
   }
 
   // `address` broke the limits: refuse it for a while, and say so.
@@ -381,7 +394,26 @@ class ConnectionListener::Impl {
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       Pending& p = pending_[i];
       const short revents = polls[first + i].revents;
-      if (revents & POLLIN) {
+      if ((revents & POLLIN) && options_.tls) {
+        // A TLS record starts with its type, 22 for a handshake. A plaintext client (gRPC without
+        // TLS) is told why in words before the close, as its agent then exits 2 saying so.
+        char buf[4];
+        ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
+        if (n >= 1 && buf[0] == 0x16) {
+          handOver(std::move(p.fd), std::move(p.address), now, p.gated);
+          continue;
+        }
+        if (n >= 4 || n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          if (n >= 4 && std::memcmp(buf, "PRI ", 4) == 0) {
+            refuse(p.fd.get(), std::string(kTlsRequiredReason) + ": connect with --rdzv_conf protocol=https");
+            tlsFailure(p.address, "a plaintext HTTP/2 client (this server requires TLS)");
+          } else {
+            closedSilent(p, n >= 4 ? "it did not start a TLS handshake" : "it closed before a TLS handshake", now);
+          }
+          continue;
+        }
+        p.nextPeek = now + std::chrono::milliseconds(20);
+      } else if (revents & POLLIN) {
         char buf[kPrefaceBytes];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
         if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
@@ -486,7 +518,7 @@ class ConnectionListener::Impl {
   std::size_t baseline_ = 0;      // descriptors open before the first connection
   std::size_t estimate_ = 0;      // accept thread only
   // One line per 10 s for each event a flood repeats; the next line counts what was held back.
-  LogLimiter acceptErrorLog_, capLog_, penaltyLog_, refusedLog_, silentLog_;
+  LogLimiter acceptErrorLog_, capLog_, penaltyLog_, refusedLog_, silentLog_, tlsLog_;
   mutable std::mutex mu_;
   ConnectionListenerStats stats_;
   // Connections handed to gRPC, by descriptor number: who connected, the socket's inode, and the

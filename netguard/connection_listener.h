@@ -13,6 +13,7 @@
 #include <string>
 
 #include "netguard/abuse_guard.h"
+#include "tls/server_context.h"
 
 namespace grpc {
 class Server;
@@ -44,6 +45,11 @@ struct ConnectionListenerOptions {
   // for the server's admitCall, as before.
   std::string token;
   std::string tokenMetadataKey;
+  // TLS, terminated in the relay (which is then on whatever `relay` says): a connection must start
+  // a TLS handshake; one that sends the plaintext HTTP/2 preface is told that this server requires
+  // TLS (a GOAWAY with tls/client.h's kTlsRequiredReason). The handshake must end within
+  // handshakeTimeout. Null: plaintext.
+  std::shared_ptr<TlsServerContext> tls;
 };
 
 struct ConnectionListenerStats {
@@ -55,6 +61,7 @@ struct ConnectionListenerStats {
   uint64_t refusedPenalized = 0;  // closed at once: their address abused the server lately
   uint64_t relayCutForAbuse = 0;  // relayed connections cut for their frames (streams, control)
   uint64_t open = 0;              // connections handed to gRPC and not closed yet (a gauge)
+  uint64_t tlsFailed = 0;         // TLS handshakes that failed or timed out, and plaintext clients
 };
 
 class ConnectionListener {

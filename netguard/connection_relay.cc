@@ -20,6 +20,7 @@
 #include "common/http2_refusal.h"
 #include "netguard/http2_frames.h"
 #include "netguard/token_recognizer.h"
+#include "tls/tls_session.h"
 
 namespace ddprun {
 namespace {
@@ -70,6 +71,11 @@ struct Relayed {
   bool innerWriteShut = false;
   bool clientWriteShut = false;
   Http2FrameScanner serverFrames{false};  // what gRPC sends: only where its frames end
+  // With TLS: the client's side is ciphertext. toServer and toClient hold plaintext; cipherOut
+  // the records (and handshake messages) on their way to the client.
+  std::unique_ptr<TlsSession> tls = nullptr;
+  Buffer cipherOut{};
+  bool closeNotifySent = false;
 };
 
 // epoll's data for a side: the connection's id and which side.
@@ -79,11 +85,13 @@ uint64_t key(uint64_t id, bool inner) { return (id << 1) | (inner ? 1 : 0); }
 
 class ConnectionRelay::Impl {
  public:
-  Impl(AbuseLimits limits, RelayToken token, std::function<void(const std::string&, const std::string&)> onAbuse)
+  Impl(AbuseLimits limits, RelayToken token, std::function<void(const std::string&, const std::string&)> onAbuse,
+       RelayTls tls)
       : limits_(limits),
         tokenKey_(std::move(token.metadataKey)),
         token_(std::move(token.value)),
         onAbuse_(std::move(onAbuse)),
+        tls_(std::move(tls)),
         untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()) {
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -118,6 +126,13 @@ class ConnectionRelay::Impl {
                                                            Clock::now()),
                                                trusted, nullptr, gated && !trusted});
     if (!trusted && !token_.empty()) r->recognizer = std::make_unique<TokenRecognizer>(tokenKey_, token_);
+    if (tls_.context) {
+      try {
+        r->tls = std::make_unique<TlsSession>(tls_.context->current());
+      } catch (const std::exception&) {
+        return {};  // out of memory: as without a socket pair
+      }
+    }
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -163,10 +178,13 @@ class ConnectionRelay::Impl {
     std::vector<epoll_event> events(256);
     while (true) {
       int timeout = -1;
-      if (!timers_.empty()) {
-        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first - Clock::now());
-        timeout = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
+      for (const auto* timers : {&timers_, &handshakeTimers_}) {
+        if (timers->empty()) continue;
+        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(timers->begin()->first - Clock::now());
+        const int ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
+        timeout = timeout < 0 ? ms : std::min(timeout, ms);
       }
+      if (!again_.empty()) timeout = 0;
       int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0 && errno != EINTR) break;
       // Requests first: a trust() or close() made before the client's next bytes were sent then
@@ -185,7 +203,9 @@ class ConnectionRelay::Impl {
         if (it == conns_.end()) continue;  // closed by an earlier event of this batch
         serve(*it->second, (events[i].data.u64 & 1) != 0, events[i].events);
       }
+      readAgain();
       releaseDue();
+      expireHandshakes();
     }
     conns_.clear();  // closes every descriptor
   }
@@ -204,6 +224,7 @@ class ConnectionRelay::Impl {
     for (auto& r : added) {
       const uint64_t id = r->id;
       Relayed& ref = *r;
+      if (ref.tls) handshakeTimers_.emplace(Clock::now() + tls_.handshakeTimeout, id);
       conns_.emplace(id, std::move(r));
       update(ref);
     }
@@ -230,25 +251,108 @@ class ConnectionRelay::Impl {
   void serve(Relayed& r, bool innerSide, uint32_t events) {
     Side& from = innerSide ? r.inner : r.client;
     Buffer& in = innerSide ? r.toClient : r.toServer;
-    Buffer& out = innerSide ? r.toServer : r.toClient;
-    Side& to = innerSide ? r.client : r.inner;
     bool progress = false;
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0) {
       const char* abuse = nullptr;
-      if (!readInto(r, from, in, !innerSide, &progress, &abuse)) return drop(r.id, false);
+      if (!readInto(r, from, in, !innerSide, &progress, &abuse)) {
+        if (r.tls && !r.tls->error().empty()) return tlsFailed(r, r.tls->error());
+        return drop(r.id, false);
+      }
       if (abuse) return cutForAbuse(r.id, abuse);
+      // The handshake's replies (and alerts) go out at once.
+      if (!innerSide && r.tls && !sendTo(r, true, &progress)) return drop(r.id, false);
     }
     const bool held = r.heldStreams > 0;  // toServer waits for the shared budget
     // A held client that hung up wants nothing more: its streams are not worth the budget.
     if (held && !innerSide && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return drop(r.id, false);
-    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && out.size() > 0 && !(innerSide && waits(r))) {
-      if (!writeFrom(from, out, &progress)) return drop(r.id, false);
+    // What waits for the side the event came from (its EPOLLOUT), then what was just read from it
+    // (passed on at once: saves a round through epoll). To the client: the handshake's replies too.
+    if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) && !(innerSide && waits(r))) {
+      if (!sendTo(r, !innerSide, &progress)) return drop(r.id, false);
     }
-    // Pass on at once what was read (saves a round through epoll).
-    if (in.size() > 0 && !(!innerSide && waits(r)) && !writeFrom(to, in, &progress)) return drop(r.id, false);
+    if (!(!innerSide && waits(r)) && !sendTo(r, innerSide, &progress)) return drop(r.id, false);
     if ((events & (EPOLLHUP | EPOLLERR)) && !progress) return drop(r.id, false);  // gone, nothing more to move
     if (!finishHalfCloses(r)) return drop(r.id, false);
     update(r);
+  }
+
+  // Writes what waits for the client (toClient: encrypted first with TLS) or for gRPC (toServer).
+  bool sendTo(Relayed& r, bool toClient, bool* progress) {
+    if (!toClient) return writeFrom(r.inner, r.toServer, progress);
+    if (!r.tls) return writeFrom(r.client, r.toClient, progress);
+    // Encrypt only as much as the ciphertext buffer takes: a client that does not read slows gRPC.
+    while (r.toClient.size() > 0 && r.cipherOut.size() < ConnectionRelay::kBufferBytes && r.tls->established()) {
+      const std::size_t n =
+          r.tls->write(r.toClient.bytes.data() + r.toClient.start, std::min<std::size_t>(r.toClient.size(), 16384));
+      if (n == 0) break;
+      r.toClient.consumed(n);
+      r.tls->takeOutput(r.cipherOut.bytes);
+    }
+    r.tls->takeOutput(r.cipherOut.bytes);
+    return writeFrom(r.client, r.cipherOut, progress);
+  }
+
+  // Whether anything waits to be written to the client now.
+  static bool clientWritable(const Relayed& r) {
+    if (!r.tls) return r.toClient.size() > 0;
+    return r.cipherOut.size() > 0 || (r.toClient.size() > 0 && r.tls->established());
+  }
+
+  // From the client: plaintext, as recv(2) returns it (0: the end; -1 with errno). With TLS, reads
+  // ciphertext until a record decrypts, and answers the handshake on the way.
+  ssize_t receiveFromClient(Relayed& r, char* out, std::size_t capacity) {
+    if (!r.tls) return ::recv(r.client.fd.get(), out, capacity, 0);
+    for (;;) {
+      std::size_t got = 0;
+      const auto result = r.tls->read(out, capacity, &got);
+      r.tls->takeOutput(r.cipherOut.bytes);
+      switch (result) {
+        case TlsSession::Result::kData: return static_cast<ssize_t>(got);
+        case TlsSession::Result::kClosed: return 0;
+        case TlsSession::Result::kFailed: errno = EPROTO; return -1;
+        case TlsSession::Result::kWantMore: break;
+      }
+      char raw[16 * 1024 + 256];  // a TLS record and its overhead
+      const ssize_t n = ::recv(r.client.fd.get(), raw, sizeof(raw), 0);
+      if (n <= 0) return n;
+      r.tls->feed(raw, static_cast<std::size_t>(n));
+    }
+  }
+
+  // A TLS connection stopped reading with records still inside OpenSSL (its buffer filled, or its
+  // streams were held): read them when there is room, as no socket event will come for them.
+  void readAgain() {
+    std::vector<uint64_t> ids;
+    ids.swap(again_);
+    for (uint64_t id : ids) {
+      auto it = conns_.find(id);
+      if (it != conns_.end()) serve(*it->second, false, EPOLLIN);
+    }
+  }
+
+  void expireHandshakes() {
+    const auto now = Clock::now();
+    while (!handshakeTimers_.empty() && handshakeTimers_.begin()->first <= now) {
+      const uint64_t id = handshakeTimers_.begin()->second;
+      handshakeTimers_.erase(handshakeTimers_.begin());
+      auto it = conns_.find(id);
+      if (it == conns_.end() || !it->second->tls || it->second->tls->established()) continue;
+      tlsFailed(*it->second, "no TLS handshake within " + std::to_string(tls_.handshakeTimeout.count()) + " ms");
+    }
+  }
+
+  // Says why (the alert OpenSSL queued, best effort), closes, and tells the listener for its log.
+  void tlsFailed(Relayed& r, std::string why) {  // a copy: why may be r's own, which drop() frees
+    bool progress = false;
+    r.tls->takeOutput(r.cipherOut.bytes);
+    writeFrom(r.client, r.cipherOut, &progress);
+    const std::string address = r.address;
+    drop(r.id, false);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.tlsFailed;
+    }
+    if (tls_.onFailure) tls_.onFailure(address, why);
   }
 
   // Reads what fits into `in`; from the client, counts frames against the limits and stops at
@@ -257,7 +361,7 @@ class ConnectionRelay::Impl {
     char chunk[65536];
     while (in.room() > 0) {
       const std::size_t want = std::min(sizeof(chunk), in.room());
-      ssize_t n = ::recv(from.fd.get(), chunk, want, 0);
+      ssize_t n = fromClient ? receiveFromClient(r, chunk, want) : ::recv(from.fd.get(), chunk, want, 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         return errno == EAGAIN || errno == EWOULDBLOCK;
@@ -366,8 +470,17 @@ class ConnectionRelay::Impl {
       r.innerWriteShut = true;
     }
     if (r.inner.readClosed && r.toClient.size() == 0 && !r.clientWriteShut) {
-      ::shutdown(r.client.fd.get(), SHUT_WR);
-      r.clientWriteShut = true;
+      if (r.tls && !r.closeNotifySent) {  // TLS ends with close_notify, then the FIN
+        r.closeNotifySent = true;
+        r.tls->shutdown();
+        r.tls->takeOutput(r.cipherOut.bytes);
+        bool progress = false;
+        writeFrom(r.client, r.cipherOut, &progress);
+      }
+      if (r.cipherOut.size() == 0) {
+        ::shutdown(r.client.fd.get(), SHUT_WR);
+        r.clientWriteShut = true;
+      }
     }
     return !(r.innerWriteShut && r.clientWriteShut);
   }
@@ -376,7 +489,10 @@ class ConnectionRelay::Impl {
     const bool held = r.heldStreams > 0;
     setInterest(r, r.client, false,
                 (!r.client.readClosed && r.toServer.room() > 0 && !held ? EPOLLIN : 0u) | (held ? EPOLLRDHUP : 0u) |
-                    (r.toClient.size() > 0 ? EPOLLOUT : 0u));
+                    (clientWritable(r) ? EPOLLOUT : 0u));
+    if (r.tls && r.tls->mayHaveMore() && !r.client.readClosed && r.toServer.room() > 0 && !waits(r)) {
+      again_.push_back(r.id);
+    }
     setInterest(r, r.inner, true,
                 (!r.inner.readClosed && r.toClient.room() > 0 ? EPOLLIN : 0u) |
                     (r.toServer.size() > 0 && !waits(r) ? EPOLLOUT : 0u));
@@ -403,12 +519,13 @@ class ConnectionRelay::Impl {
   // The client hears why before the connection ends: a GOAWAY naming the limit, after what gRPC
   // sent so far, if that ends on a frame boundary (else it would be read as part of a frame).
   // Best effort, never blocking: a client that does not read gets only the close.
-  static void tellCut(Relayed& r, const char* why) {
+  void tellCut(Relayed& r, const char* why) {
     if (r.clientWriteShut || !r.serverFrames.atFrameBoundary()) return;
+    if (r.tls && !r.tls->established()) return;
     const std::string goAway = http2GoAway(std::string("ddprun-rdzv closed the connection: it ") + why);
     r.toClient.bytes.insert(r.toClient.bytes.end(), goAway.begin(), goAway.end());
     bool progress = false;
-    writeFrom(r.client, r.toClient, &progress);
+    sendTo(r, true, &progress);
     ::shutdown(r.client.fd.get(), SHUT_WR);
     // What the client sent and nobody read would make the close a reset, which can discard the
     // GOAWAY on the client's side before it reads it: read (and drop) what is there, bounded.
@@ -433,11 +550,14 @@ class ConnectionRelay::Impl {
   const std::string tokenKey_;
   const std::string token_;  // empty: no token to look for
   std::function<void(const std::string&, const std::string&)> onAbuse_;
+  RelayTls tls_;
   UniqueFd epoll_;
   UniqueFd wake_;
   TokenBucket untrusted_;  // streams of every connection not trusted yet, together
   std::unordered_map<uint64_t, std::unique_ptr<Relayed>> conns_;  // relay thread only
   std::multimap<Clock::time_point, uint64_t> timers_;            // held connections, by due time
+  std::multimap<Clock::time_point, uint64_t> handshakeTimers_;   // TLS handshakes, by deadline
+  std::vector<uint64_t> again_;  // TLS connections with records left in OpenSSL (readAgain)
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Relayed>> inbox_;
   std::vector<uint64_t> closeRequests_;
@@ -449,8 +569,9 @@ class ConnectionRelay::Impl {
 };
 
 ConnectionRelay::ConnectionRelay(AbuseLimits limits, RelayToken token,
-                                 std::function<void(const std::string& address, const std::string& why)> onAbuse)
-    : impl_(std::make_unique<Impl>(limits, std::move(token), std::move(onAbuse))) {}
+                                 std::function<void(const std::string& address, const std::string& why)> onAbuse,
+                                 RelayTls tls)
+    : impl_(std::make_unique<Impl>(limits, std::move(token), std::move(onAbuse), std::move(tls))) {}
 ConnectionRelay::~ConnectionRelay() = default;
 ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& address, bool trusted, bool gated) {
   return impl_->add(std::move(client), address, trusted, gated);

@@ -12,6 +12,7 @@
 // (kBufferBytes each way), so a slow reader slows its writer instead of growing memory.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,7 @@
 
 #include "common/unique_fd.h"
 #include "netguard/abuse_guard.h"
+#include "tls/server_context.h"
 
 namespace ddprun {
 
@@ -29,6 +31,7 @@ struct ConnectionRelayStats {
   uint64_t closedForAbuse = 0;  // cut for breaking the stream or control-frame limits
   uint64_t recognized = 0;      // trusted at once: the job token was in their request headers
   uint64_t gatedClosed = 0;     // gated connections whose first request lacked the token
+  uint64_t tlsFailed = 0;       // TLS handshakes that failed or timed out
 };
 
 // The job token, and the request header that carries it, for the relay to recognize an agent at
@@ -38,13 +41,25 @@ struct RelayToken {
   std::string value;
 };
 
+// TLS terminated in the relay (README "Security"): the client's side is ciphertext, gRPC's side
+// plaintext, so the frame limits hold for encrypted connections too.
+struct RelayTls {
+  std::shared_ptr<TlsServerContext> context;  // null: no TLS
+  // A connection whose handshake has not finished by then is closed.
+  std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  // Runs on the relay's thread, with no lock of the relay held, when a connection's handshake
+  // failed or timed out (it is closed): for the log.
+  std::function<void(const std::string& address, const std::string& why)> onFailure;
+};
+
 class ConnectionRelay {
  public:
   static constexpr std::size_t kBufferBytes = 256 * 1024;
   // `onAbuse(address, why)` runs on the relay's thread, with no lock of the relay held, after a
   // connection was cut for breaking the limits.
   ConnectionRelay(AbuseLimits limits, RelayToken token,
-                  std::function<void(const std::string& address, const std::string& why)> onAbuse);
+                  std::function<void(const std::string& address, const std::string& why)> onAbuse,
+                  RelayTls tls = {});
   ~ConnectionRelay();  // closes every relayed connection
   ConnectionRelay(const ConnectionRelay&) = delete;
   ConnectionRelay& operator=(const ConnectionRelay&) = delete;

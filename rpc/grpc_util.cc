@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "tls/client.h"
+
 namespace ddprun {
 
 bool tokenAuthorized(const grpc::ServerContextBase& context, const std::string& token) {
@@ -30,7 +32,8 @@ bool constantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, std::chrono::milliseconds keepalive) {
+std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, std::chrono::milliseconds keepalive,
+                                           const TlsClientOptions& tls) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -48,7 +51,7 @@ std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, std::chro
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // gRPC stops after 2 by default
   }
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, channelCredentials(tls), args);
 }
 
 void applyServerDefaults(grpc::ServerBuilder& builder) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "tls/tls_options.h"
+
 namespace ddprun {
 
 // Metadata key that carries the job token on every call.
@@ -45,11 +47,13 @@ bool tokenAuthorized(const grpc::ServerContextBase& context, const std::string& 
 // Compares two secrets in time that depends only on their lengths, not on where they differ.
 bool constantTimeEquals(std::string_view a, std::string_view b);
 
-// An insecure channel to `address` (host:port) with the message limits set. With a keepalive
-// above zero the channel pings a connection that has carried nothing for that long and drops it
-// when no answer comes within as long again, failing the calls on it.
+// A channel to `address` (host:port) with the message limits set, over TLS when `tls.enabled`
+// (throws ConfigError naming an unreadable file). With a keepalive above zero the channel pings a
+// connection that has carried nothing for that long and drops it when no answer comes within as
+// long again, failing the calls on it.
 std::shared_ptr<grpc::Channel> makeChannel(const std::string& address,
-                                           std::chrono::milliseconds keepalive = std::chrono::milliseconds(0));
+                                           std::chrono::milliseconds keepalive = std::chrono::milliseconds(0),
+                                           const TlsClientOptions& tls = {});
 
 // Sets the message limits and lets clients ping as often as ddprun's do, on a server under
 // construction.

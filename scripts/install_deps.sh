@@ -9,6 +9,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev catch2 libgloo-dev
   libnghttp2-dev  # HPACK decoding in the daemon's front door (netguard/token_recognizer.h)
+  libssl-dev openssl  # TLS (tls/): OpenSSL terminates it in the front door; the tests make certificates
+  tcpdump  # the TLS tests capture loopback traffic and search it for the job token
   prometheus-cpp-dev  # the metrics port (metrics/): prometheus-cpp's core (its HTTP server is Boost.Beast's)
   python3-torch iproute2 procps iptables
   slurm-client  # scontrol: the oracle for Slurm hostlist expansion in the tests

@@ -37,7 +37,7 @@ class StoreClient::Impl {
   explicit Impl(StoreClientOptions o)
       : options(std::move(o)),
         session(detail::StoreSessionClientOptions{options.address, options.token, options.connectTimeout},
-                makeChannel(options.address, options.keepalive)) {}
+                makeChannel(options.address, options.keepalive, options.tls)) {}
 
   void fillScope(v1::Scope* scope) const {
     scope->set_run_id(options.runId);

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "tls/tls_options.h"
+
 namespace ddprun {
 
 struct StoreClientOptions {
@@ -33,6 +35,8 @@ struct StoreClientOptions {
   // a word (a host gone, a firewall or load balancer that dropped it) then fails the calls on it
   // within about twice this, instead of at their deadlines. 0: no pings.
   std::chrono::milliseconds keepalive{30000};
+  // TLS to the store (the rendezvous server's port): DDPRUN_STORE_TLS* for workers.
+  TlsClientOptions tls{};
 };
 
 class StoreClient {

@@ -136,6 +136,10 @@ Env Env::fromEnvironment(const Vars& vars) {
   env.etcdCert = lookup(vars, "DDPRUN_ETCD_CERT").value_or("");
   env.etcdKey = lookup(vars, "DDPRUN_ETCD_KEY").value_or("");
   env.etcdAuthFile = lookup(vars, "DDPRUN_ETCD_AUTH_FILE").value_or("");
+  env.storeTls = lookup(vars, "DDPRUN_STORE_TLS").value_or("") == "1";
+  env.storeTlsCaCert = lookup(vars, "DDPRUN_STORE_TLS_CACERT").value_or("");
+  env.storeTlsCert = lookup(vars, "DDPRUN_STORE_TLS_CERT").value_or("");
+  env.storeTlsKey = lookup(vars, "DDPRUN_STORE_TLS_KEY").value_or("");
   env.heartbeatSocket = lookup(vars, "DDPRUN_HEARTBEAT_SOCKET").value_or("");
   env.cudaVisibleDevices = lookup(vars, "CUDA_VISIBLE_DEVICES").value_or("");
   env.glooSocketIfname = lookup(vars, "GLOO_SOCKET_IFNAME").value_or("");

@@ -29,6 +29,11 @@ struct Env {
   // DDPRUN_ETCD_CERT, DDPRUN_ETCD_KEY) and a file of "user:password" (DDPRUN_ETCD_AUTH_FILE).
   std::string etcdPrefix = "/ddprun";
   std::string etcdCaCert, etcdCert, etcdKey, etcdAuthFile;
+  // TLS to the job's store on ddprun's rendezvous server (--rdzv_conf protocol=https): on with
+  // DDPRUN_STORE_TLS=1; the CA, and this node's certificate and key for mTLS, by path
+  // (DDPRUN_STORE_TLS_CACERT, DDPRUN_STORE_TLS_CERT, DDPRUN_STORE_TLS_KEY).
+  bool storeTls = false;
+  std::string storeTlsCaCert, storeTlsCert, storeTlsKey;
   std::string heartbeatSocket;     // DDPRUN_HEARTBEAT_SOCKET; empty: no heartbeat
   std::string cudaVisibleDevices;  // CUDA_VISIBLE_DEVICES as given; empty when unset
   std::string glooSocketIfname;    // GLOO_SOCKET_IFNAME, as PyTorch reads it; empty when unset

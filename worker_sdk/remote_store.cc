@@ -19,6 +19,7 @@ ddprun::StoreClientOptions clientOptions(const RemoteStoreOptions& o) {
   c.round = o.round;
   c.timeout = o.timeout;
   c.connectTimeout = o.connectTimeout;
+  c.tls = o.tls;
   return c;
 }
 
@@ -67,6 +68,7 @@ RemoteStoreOptions remoteStoreOptions(const Env& env) {
   o.token = env.token;
   o.runId = env.runId;
   o.round = env.round;
+  o.tls = ddprun::TlsClientOptions{env.storeTls, env.storeTlsCaCert, env.storeTlsCert, env.storeTlsKey};
   return o;
 }
 

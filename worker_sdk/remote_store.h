@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "tls/tls_options.h"
 #include "worker_sdk/env.h"
 #include "worker_sdk/store.h"
 
@@ -24,6 +25,7 @@ struct RemoteStoreOptions {
   uint64_t round = 0;
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;  // get() and wait()
   std::chrono::milliseconds connectTimeout = std::chrono::seconds(30);
+  ddprun::TlsClientOptions tls{};  // Env's DDPRUN_STORE_TLS*
 };
 
 class RemoteStore final : public Store {

@@ -10,10 +10,10 @@ namespace ddprun {
 MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fence) {
   EtcdRendezvousOptions o;
   o.client.endpoints = parseEtcdEndpoints(cfg.rdzvEndpoint);
-  o.client.tls = cfg.etcdTls;
-  o.client.caCertFile = cfg.etcdCaCert;
-  o.client.certFile = cfg.etcdCert;
-  o.client.keyFile = cfg.etcdKey;
+  o.client.tls = cfg.tls;
+  o.client.caCertFile = cfg.tlsCaCert;
+  o.client.certFile = cfg.tlsCert;
+  o.client.keyFile = cfg.tlsKey;
   if (!cfg.etcdAuthFile.empty()) {
     std::string line = readTokenFile(cfg.etcdAuthFile, "--rdzv_conf auth_file");
     auto colon = line.find(':');
@@ -40,10 +40,10 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
   // The workers' store is on etcd too (worker_sdk/env.h): its key root, TLS files and login, in
   // the environment the agent gives them, not in ddprun's own.
   out.workerEnv.emplace_back("DDPRUN_ETCD_PREFIX", cfg.etcdPrefix);
-  if (cfg.etcdTls) {
-    out.workerEnv.emplace_back("DDPRUN_ETCD_CACERT", cfg.etcdCaCert);
-    if (!cfg.etcdCert.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_CERT", cfg.etcdCert);
-    if (!cfg.etcdKey.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_KEY", cfg.etcdKey);
+  if (cfg.tls) {
+    out.workerEnv.emplace_back("DDPRUN_ETCD_CACERT", cfg.tlsCaCert);
+    if (!cfg.tlsCert.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_CERT", cfg.tlsCert);
+    if (!cfg.tlsKey.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_KEY", cfg.tlsKey);
   }
   if (!cfg.etcdAuthFile.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_AUTH_FILE", cfg.etcdAuthFile);
   return out;

@@ -51,8 +51,28 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   serverOptions.token = token;
   serverOptions.guard = guardFromEnvironment();
   serverOptions.serverName = "agent-hosted, ddprun " + std::string(ddprunVersion());
+  // Over TLS an agent hosts only with a server certificate (server_cert, server_key); with a
+  // certificate of its own (cert) it asks the others for one signed by cacert (mTLS).
+  bool canHost = true;
+  if (cfg.tls) {
+    if (cfg.tlsServerCert.empty()) {
+      if (placement.host.value_or(false)) {
+        throw ConfigError("--rdzv_conf protocol=https: this node hosts the rendezvous (is_host=1, or static node 0) "
+                          "and needs server_cert and server_key");
+      }
+      canHost = false;
+    } else {
+      TlsServerOptions tls;
+      tls.certFile = cfg.tlsServerCert;
+      tls.keyFile = cfg.tlsServerKey;
+      if (!cfg.tlsCert.empty()) tls.clientCaFile = cfg.tlsCaCert;
+      serverOptions.tls = std::make_shared<TlsServerContext>(tls);
+    }
+  }
   std::unique_ptr<HostedServer> server;
-  if (placement.host.value_or(false)) {
+  if (!canHost) {
+    // a client only
+  } else if (placement.host.value_or(false)) {
     server = std::make_unique<HostedServer>(serverOptions);
   } else if (!placement.host.has_value()) {
     try {
@@ -82,6 +102,14 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   o.nodeRank = placement.nodeRank;
   o.connectTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.joinTimeoutSeconds * 1000));
   o.onFenceDeadline = std::move(fence);
+  if (cfg.tls) {
+    o.tls = TlsClientOptions{true, cfg.tlsCaCert, cfg.tlsCert, cfg.tlsKey};
+    // The workers' store is on the same server: the same files, by path (never their contents).
+    out.workerEnv.emplace_back("DDPRUN_STORE_TLS", "1");
+    if (!cfg.tlsCaCert.empty()) out.workerEnv.emplace_back("DDPRUN_STORE_TLS_CACERT", cfg.tlsCaCert);
+    if (!cfg.tlsCert.empty()) out.workerEnv.emplace_back("DDPRUN_STORE_TLS_CERT", cfg.tlsCert);
+    if (!cfg.tlsKey.empty()) out.workerEnv.emplace_back("DDPRUN_STORE_TLS_KEY", cfg.tlsKey);
+  }
   out.client = makeGrpcRendezvous(std::move(o), std::move(post));
   return out;
 }

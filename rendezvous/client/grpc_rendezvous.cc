@@ -21,6 +21,7 @@
 #include "rendezvous/wire/notice_proto.h"
 #include "rpc/grpc_runtime.h"
 #include "rpc/grpc_util.h"
+#include "tls/client.h"
 
 namespace ddprun {
 namespace {
@@ -40,7 +41,7 @@ std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o) {
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(o.endpoint, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(o.endpoint, channelCredentials(o.tls), args);
 }
 
 }  // namespace
@@ -180,7 +181,9 @@ class GrpcRendezvous final : public Rendezvous {
   bool waitConnected(grpc::Channel& channel, SteadyClock::time_point deadline) {
     constexpr auto kSlice = std::chrono::milliseconds(100);
     const auto started = SteadyClock::now();
-    auto nextProbe = started + std::chrono::seconds(2);
+    // With TLS the first failed slice probes at once: a TLS mismatch (a certificate) is a
+    // configuration error that no retry mends, said at once with exit 2, as a wrong token is.
+    auto nextProbe = started + (options_.tls.enabled ? std::chrono::seconds(0) : std::chrono::seconds(2));
     for (;;) {
       if (stopped()) return false;
       const auto now = SteadyClock::now();
@@ -189,13 +192,35 @@ class GrpcRendezvous final : public Rendezvous {
       if (channel.WaitForConnected(std::chrono::system_clock::now() + slice)) return true;
       if (SteadyClock::now() >= nextProbe) {
         nextProbe = SteadyClock::now() + std::chrono::seconds(10);
-        std::string why = whyUnreachable(options_.endpoint, std::chrono::milliseconds(500));
+        bool fatal = false;
+        const std::string why = probe(&fatal);
+        if (fatal) {
+          core_.fail("cannot connect to the rendezvous at " + options_.endpoint + ": " + why, kExitUsage);
+          return false;
+        }
         if (!why.empty() && why != lastUnreachable_) {
           spdlog::warn("cannot connect to the rendezvous at {} yet: {}; still trying", options_.endpoint, why);
         }
         lastUnreachable_ = why;
       }
     }
+  }
+
+  // Why the server does not take this node's connection, in one line (empty: it does, or nothing
+  // can be told); *fatal for a configuration error.
+  std::string probe(bool* fatal) {
+    if (options_.tls.enabled) {
+      const TlsProbeResult r = probeTls(options_.endpoint, options_.tls, std::chrono::milliseconds(1000));
+      *fatal = r.configError;
+      if (r.connected) return "";
+      return r.why.empty() ? whyUnreachable(options_.endpoint, std::chrono::milliseconds(500)) : r.why;
+    }
+    const std::string why = whyUnreachable(options_.endpoint, std::chrono::milliseconds(500));
+    if (why.find(kTlsRequiredReason) != std::string::npos) {
+      *fatal = true;
+      return std::string(kTlsRequiredReason) + ": give this node --rdzv_conf protocol=https,cacert=CA.pem";
+    }
+    return why;
   }
 
   // One Session stream: Join, then server pushes until it ends. `why` says why it ended.

@@ -12,6 +12,7 @@
 #include "rendezvous/client/client_core.h"  // FenceTiming
 #include "rendezvous/client/rendezvous.h"
 #include "rendezvous/rules/state_machine.h"
+#include "tls/tls_options.h"
 
 namespace ddprun {
 
@@ -19,6 +20,8 @@ struct GrpcRendezvousOptions : NodeOptions {
   std::string endpoint;        // HOST:PORT of the rendezvous server
   std::string token;           // job token, sent as metadata; never logged
   std::chrono::milliseconds connectTimeout{30000};
+  // TLS to the server (--rdzv_conf protocol=https,cacert=...,cert=...,key=...).
+  TlsClientOptions tls{};
 };
 
 // Joins when join() is called; its destructor ends the session (the server sees this node leave)

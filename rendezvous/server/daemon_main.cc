@@ -86,6 +86,16 @@ int main(int argc, char** argv) {
   app.add_option("--grpc_memory_quota,--grpc-memory-quota", memoryQuotaMiB,
                  "MiB of memory gRPC may use for connections and calls (grpc::ResourceQuota; default 1024)")
       ->check(CLI::Range(std::size_t{16}, std::size_t{1} << 20));
+  ddprun::TlsServerOptions tls;
+  app.add_option("--tls_cert,--tls-cert", tls.certFile,
+                 "PEM certificate (chain) of this server: every connection is TLS (README \"Security\")");
+  app.add_option("--tls_key,--tls-key", tls.keyFile, "PEM private key of --tls_cert");
+  app.add_option("--tls_client_ca,--tls-client-ca", tls.clientCaFile,
+                 "PEM CA: require a client certificate signed by it (mTLS)");
+  app.add_option("--tls_allowed_names,--tls-allowed-names", tls.allowedNames,
+                 "With mTLS: a client certificate must name one of these shell patterns (its CN, DNS, URI "
+                 "or e-mail names), comma-separated")
+      ->delimiter(',');
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -100,6 +110,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stopSignals);
   sigaddset(&stopSignals, SIGINT);
   sigaddset(&stopSignals, SIGTERM);
+  sigaddset(&stopSignals, SIGHUP);  // reloads the TLS certificate
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);  // before gRPC starts threads
   try {
     ddprun::setupLogging(logLevel);
@@ -119,11 +130,32 @@ int main(int argc, char** argv) {
     options.token = token;
     options.jobIdleTimeout = std::chrono::milliseconds(static_cast<int64_t>(jobIdleSeconds * 1000));
     options.serverName = "ddprun-rdzv " + std::string(ddprun::ddprunVersion());
+    if (tls.certFile.empty() != tls.keyFile.empty()) {
+      throw ddprun::ConfigError("--tls_cert and --tls_key go together");
+    }
+    if (tls.certFile.empty() && (!tls.clientCaFile.empty() || !tls.allowedNames.empty())) {
+      throw ddprun::ConfigError("--tls_client_ca and --tls_allowed_names need --tls_cert and --tls_key");
+    }
+    if (!tls.certFile.empty()) options.tls = std::make_shared<ddprun::TlsServerContext>(tls);
     ddprun::RendezvousServer server(options);
     std::cout << "ddprun-rdzv listening on " << server.address() << std::endl;
     if (!server.metricsAddress().empty()) std::cout << "ddprun-rdzv metrics on " << server.metricsAddress() << std::endl;
     int sig = 0;
-    sigwait(&stopSignals, &sig);
+    for (;;) {
+      sigwait(&stopSignals, &sig);
+      if (sig != SIGHUP) break;
+      // Rotation: new connections get the files as they are now; open ones keep theirs.
+      if (!options.tls) {
+        spdlog::info("received SIGHUP: no TLS certificate to reload");
+        continue;
+      }
+      try {
+        options.tls->reload();
+        spdlog::info("received SIGHUP: reloaded the TLS certificate {} (new connections use it)", tls.certFile);
+      } catch (const ddprun::ConfigError& e) {
+        spdlog::error("received SIGHUP: kept the previous TLS certificate: {}", e.what());
+      }
+    }
     spdlog::info("received signal {}: shutting down", sig);
     server.shutdown(std::chrono::milliseconds(0));
     return 0;

@@ -58,6 +58,11 @@ class RendezvousServer::Impl {
     // login node's other users reach it), and without the guard gRPC 1.51 grows without bound
     // under rapid reset (docs/rendezvous.md, "The guard is on by default").
     listen.relay = options_.guard != RendezvousServerOptions::Guard::kOff;
+    // TLS is terminated in the guard's relay: gRPC gets every connection as a plaintext descriptor.
+    if (options_.tls && !listen.relay) {
+      throw ConfigError("TLS needs the connection guard, which terminates it: leave --connection_guard on");
+    }
+    listen.tls = options_.tls;
     listener_ = std::make_unique<ConnectionListener>(listen);
     spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter)",
                   listen.relay ? "on" : "off");

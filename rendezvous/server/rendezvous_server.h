@@ -11,6 +11,7 @@
 #include "netguard/abuse_guard.h"  // AbuseLimits
 #include "rendezvous/server/daemon_metrics.h"  // MetricsPortOptions
 #include "store/run_scoped_store.h"  // RunScopedStoreOptions
+#include "tls/server_context.h"  // TlsServerContext
 
 namespace ddprun {
 
@@ -62,6 +63,9 @@ struct RendezvousServerOptions {
   // How often the server hands freed memory back to the system (malloc_trim): after a burst
   // (a large job, an attack) the heap would otherwise keep its peak size. 0: never.
   std::chrono::milliseconds trimInterval{std::chrono::seconds(5)};
+  // TLS for every connection (README "Security"), terminated in the guard's relay; null: plaintext.
+  // Shared so that its owner can reload the certificate (SIGHUP) while the server runs.
+  std::shared_ptr<TlsServerContext> tls;
   // What the Status call says this server is: "ddprun-rdzv 0.1.0", "agent-hosted".
   std::string serverName = "ddprun";
   // --metrics_port: Prometheus metrics and the /healthz, /readyz probes (daemon_metrics.h).

@@ -175,13 +175,13 @@ TEST_CASE("parseRendezvousConf rejects unknown keys, bare words and zero timeout
 
 TEST_CASE("parseRendezvousConf: torch's etcd keys and ours, checked at once", "[cli][flag_parsing]") {
   LaunchConfig cfg;
-  CHECK_FALSE(cfg.etcdTls);
+  CHECK_FALSE(cfg.tls);
   CHECK(cfg.etcdPrefix == "/ddprun");
   parseRendezvousConf("protocol=https,cacert=/c/ca.pem,cert=/c/me.pem,key=/c/me.key,etcd_prefix=/torchelastic/p2p", cfg);
-  CHECK(cfg.etcdTls);
-  CHECK(cfg.etcdCaCert == "/c/ca.pem");
-  CHECK(cfg.etcdCert == "/c/me.pem");
-  CHECK(cfg.etcdKey == "/c/me.key");
+  CHECK(cfg.tls);
+  CHECK(cfg.tlsCaCert == "/c/ca.pem");
+  CHECK(cfg.tlsCert == "/c/me.pem");
+  CHECK(cfg.tlsKey == "/c/me.key");
   CHECK(cfg.etcdPrefix == "/torchelastic/p2p");
   LaunchConfig bad;
   CHECK_THROWS_WITH(parseRendezvousConf("protocol=ftp", bad), "--rdzv_conf protocol: expected http or https");
