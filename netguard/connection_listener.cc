@@ -122,9 +122,10 @@ class ConnectionListener::Impl {
   void start(grpc::Server* server) {
     server_ = server;
     if (options_.relay || options_.tls) {
-      RelayTls tls{options_.tls, options_.handshakeTimeout, [this](const std::string& address, const std::string& why) {
-        tlsFailure(address, why);
-      }};
+      RelayTls tls;
+      tls.context = options_.tls;
+      tls.handshakeTimeout = options_.handshakeTimeout;
+      tls.onFailure = [this](const std::string& address, const std::string& why) { tlsFailure(address, why); };
       relay_ = std::make_unique<ConnectionRelay>(options_.abuse, RelayToken{options_.tokenMetadataKey, options_.token},
                                                  [this](const std::string& address, const std::string& why) {
         {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -76,6 +77,15 @@ struct Relayed {
   std::unique_ptr<TlsSession> tls = nullptr;
   Buffer cipherOut{};
   bool closeNotifySent = false;
+  // Its handshake: waits for one of its address's slots (nothing is read meanwhile), holds one,
+  // or is over.
+  enum class Handshake { kNone, kQueued, kActive, kDone } handshake = Handshake::kNone;
+};
+
+// The TLS handshakes of one client address: how many run, and who waits for a turn.
+struct AddressHandshakes {
+  std::size_t active = 0;
+  std::deque<uint64_t> waiting;  // ids, in order of arrival
 };
 
 // epoll's data for a side: the connection's id and which side.
@@ -184,7 +194,7 @@ class ConnectionRelay::Impl {
         const int ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
         timeout = timeout < 0 ? ms : std::min(timeout, ms);
       }
-      if (!again_.empty()) timeout = 0;
+      if (!again_.empty() || !promoted_.empty()) timeout = 0;
       int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0 && errno != EINTR) break;
       // Requests first: a trust() or close() made before the client's next bytes were sent then
@@ -224,8 +234,8 @@ class ConnectionRelay::Impl {
     for (auto& r : added) {
       const uint64_t id = r->id;
       Relayed& ref = *r;
-      if (ref.tls) handshakeTimers_.emplace(Clock::now() + tls_.handshakeTimeout, id);
       conns_.emplace(id, std::move(r));
+      if (ref.tls) queueHandshake(ref);
       update(ref);
     }
     for (uint64_t id : trusting) {
@@ -252,7 +262,8 @@ class ConnectionRelay::Impl {
     Side& from = innerSide ? r.inner : r.client;
     Buffer& in = innerSide ? r.toClient : r.toServer;
     bool progress = false;
-    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0) {
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0 &&
+        !(!innerSide && r.handshake == Relayed::Handshake::kQueued)) {
       const char* abuse = nullptr;
       if (!readInto(r, from, in, !innerSide, &progress, &abuse)) {
         if (r.tls && !r.tls->error().empty()) return tlsFailed(r, r.tls->error());
@@ -262,8 +273,8 @@ class ConnectionRelay::Impl {
       // The handshake's replies (and alerts) go out at once.
       if (!innerSide && r.tls && !sendTo(r, true, &progress)) return drop(r.id, false);
     }
-    const bool held = r.heldStreams > 0;  // toServer waits for the shared budget
-    // A held client that hung up wants nothing more: its streams are not worth the budget.
+    const bool held = r.heldStreams > 0 || r.handshake == Relayed::Handshake::kQueued;
+    // A held client that hung up wants nothing more: its streams (or its turn) are not worth it.
     if (held && !innerSide && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return drop(r.id, false);
     // What waits for the side the event came from (its EPOLLOUT), then what was just read from it
     // (passed on at once: saves a round through epoll). To the client: the handshake's replies too.
@@ -306,6 +317,7 @@ class ConnectionRelay::Impl {
       std::size_t got = 0;
       const auto result = r.tls->read(out, capacity, &got);
       r.tls->takeOutput(r.cipherOut.bytes);
+      if (r.handshake == Relayed::Handshake::kActive && r.tls->established()) endHandshake(r);
       switch (result) {
         case TlsSession::Result::kData: return static_cast<ssize_t>(got);
         case TlsSession::Result::kClosed: return 0;
@@ -322,12 +334,56 @@ class ConnectionRelay::Impl {
   // A TLS connection stopped reading with records still inside OpenSSL (its buffer filled, or its
   // streams were held): read them when there is room, as no socket event will come for them.
   void readAgain() {
+    // Handshakes that got their slot: now they are read (their ClientHello waits in the socket).
+    for (uint64_t id : std::exchange(promoted_, {})) {
+      auto it = conns_.find(id);
+      if (it != conns_.end()) update(*it->second);
+      if (it != conns_.end()) again_.push_back(id);
+    }
     std::vector<uint64_t> ids;
     ids.swap(again_);
     for (uint64_t id : ids) {
       auto it = conns_.find(id);
       if (it != conns_.end()) serve(*it->second, false, EPOLLIN);
     }
+  }
+
+  // At most maxHandshakesPerAddress handshakes of one address at once; the others wait in order
+  // of arrival (a mass start behind one NAT address forms, a flood from one address does not take
+  // every other address's turn). The deadline starts when the handshake does.
+  void queueHandshake(Relayed& r) {
+    auto& q = handshakes_[r.address];
+    if (q.active < tls_.maxHandshakesPerAddress) {
+      startHandshake(r, q);
+    } else {
+      r.handshake = Relayed::Handshake::kQueued;
+      q.waiting.push_back(r.id);
+    }
+  }
+
+  void startHandshake(Relayed& r, AddressHandshakes& q) {
+    ++q.active;
+    r.handshake = Relayed::Handshake::kActive;
+    handshakeTimers_.emplace(Clock::now() + tls_.handshakeTimeout, r.id);
+  }
+
+  // r's handshake is over (done, failed, or r is closing): its slot goes to the next in line.
+  void endHandshake(Relayed& r) {
+    const auto was = r.handshake;
+    r.handshake = Relayed::Handshake::kDone;
+    auto it = handshakes_.find(r.address);
+    if (it == handshakes_.end()) return;
+    AddressHandshakes& q = it->second;
+    if (was == Relayed::Handshake::kActive) --q.active;
+    while (q.active < tls_.maxHandshakesPerAddress && !q.waiting.empty()) {
+      const uint64_t next = q.waiting.front();
+      q.waiting.pop_front();
+      auto c = conns_.find(next);
+      if (c == conns_.end() || c->second->handshake != Relayed::Handshake::kQueued) continue;
+      startHandshake(*c->second, q);
+      promoted_.push_back(next);
+    }
+    if (q.active == 0 && q.waiting.empty()) handshakes_.erase(it);
   }
 
   void expireHandshakes() {
@@ -487,9 +543,10 @@ class ConnectionRelay::Impl {
 
   void update(Relayed& r) {
     const bool held = r.heldStreams > 0;
+    const bool queued = r.handshake == Relayed::Handshake::kQueued;
     setInterest(r, r.client, false,
-                (!r.client.readClosed && r.toServer.room() > 0 && !held ? EPOLLIN : 0u) | (held ? EPOLLRDHUP : 0u) |
-                    (clientWritable(r) ? EPOLLOUT : 0u));
+                (!r.client.readClosed && r.toServer.room() > 0 && !held && !queued ? EPOLLIN : 0u) |
+                    (held || queued ? EPOLLRDHUP : 0u) | (clientWritable(r) ? EPOLLOUT : 0u));
     if (r.tls && r.tls->mayHaveMore() && !r.client.readClosed && r.toServer.room() > 0 && !waits(r)) {
       again_.push_back(r.id);
     }
@@ -541,6 +598,9 @@ class ConnectionRelay::Impl {
     // sees its side of the pair end and cancels the connection's calls.
     std::unique_ptr<Relayed> gone = std::move(it->second);
     conns_.erase(it);
+    if (gone->handshake == Relayed::Handshake::kActive || gone->handshake == Relayed::Handshake::kQueued) {
+      endHandshake(*gone);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     --stats_.open;
     if (abuse) ++stats_.closedForAbuse;
@@ -558,6 +618,8 @@ class ConnectionRelay::Impl {
   std::multimap<Clock::time_point, uint64_t> timers_;            // held connections, by due time
   std::multimap<Clock::time_point, uint64_t> handshakeTimers_;   // TLS handshakes, by deadline
   std::vector<uint64_t> again_;  // TLS connections with records left in OpenSSL (readAgain)
+  std::unordered_map<std::string, AddressHandshakes> handshakes_;  // addresses with handshakes now
+  std::vector<uint64_t> promoted_;  // got their handshake slot: to read at once (readAgain)
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Relayed>> inbox_;
   std::vector<uint64_t> closeRequests_;

@@ -47,6 +47,9 @@ struct RelayTls {
   std::shared_ptr<TlsServerContext> context;  // null: no TLS
   // A connection whose handshake has not finished by then is closed.
   std::chrono::milliseconds handshakeTimeout{std::chrono::seconds(10)};
+  // Handshakes of one client address at once; more wait their turn (queued, not refused: a mass
+  // start behind one NAT address still forms). Their timeout starts with their turn.
+  std::size_t maxHandshakesPerAddress = 256;
   // Runs on the relay's thread, with no lock of the relay held, when a connection's handshake
   // failed or timed out (it is closed): for the log.
   std::function<void(const std::string& address, const std::string& why)> onFailure;

@@ -9,12 +9,21 @@ Attacks, each over --connections connections for --seconds seconds:
 
 The attacker answers the server's SETTINGS and PINGs as a real client would, so that the server
 cannot tell it from one by its manners. Prints one JSON line: frames sent, connections opened,
-and how connections ended (closed by the server, GOAWAY received). Used by the regression test
-(tests/integration/test_rdzv_http2_abuse.py) and by the benchmark (bench/rdzv_abuse.py).
+and how connections ended (closed by the server, GOAWAY received). Used by the regression tests
+(tests/integration/test_rdzv_http2_abuse.py, test_rdzv_tls_abuse.py) and by the benchmark
+(bench/rdzv_abuse.py).
+
+With --tls_ca the attacker speaks TLS (a daemon started with --tls_cert): each connection makes a
+valid handshake (the server verified against that CA and --host, ALPN h2, a client certificate
+with --tls_cert/--tls_key), then the same frames inside the encrypted connection; a connection
+counts in "connections" once its handshake is done, and a failed handshake in "connect_errors".
+Without it, nothing changes: the plaintext attacker is the one the tests and the benchmark always used.
 """
 import argparse
 import json
+import select
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -24,6 +33,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
 END_HEADERS, ACK = 0x4, 0x1
 CANCEL = 0x8
+TIMEOUT_S = 5  # a connection's socket timeout: connect, a TLS handshake, a send, a wait for bytes
 
 
 def frame(kind, flags, stream, payload=b""):
@@ -39,17 +49,46 @@ def _literal(name, value):
     return b"\x00" + string(name) + string(value)
 
 
-def grpc_headers(path):
+def grpc_headers(path, scheme="http"):
     return b"".join(_literal(n, v) for n, v in (
-        (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "ddprun"),
+        (":method", "POST"), (":scheme", scheme), (":path", path), (":authority", "ddprun"),
         ("content-type", "application/grpc"), ("te", "trailers")))
 
 
+def tls_context(ca, cert=None, key=None):
+    """A client context that verifies the server against `ca` (and the name it is reached by) and
+    offers only h2, as gRPC's clients do (the daemon refuses a client without ALPN h2)."""
+    context = ssl.create_default_context(cafile=ca)
+    context.set_alpn_protocols(["h2"])
+    if cert:
+        context.load_cert_chain(cert, key)
+    return context
+
+
 class Connection:
-    def __init__(self, host, port, stats, source=None):
-        self.sock = socket.create_connection((host, port), timeout=5,
+    """One HTTP/2 connection; a thread reads what the server sends and answers it.
+
+    Plaintext: a blocking socket with a TIMEOUT_S timeout, read by the reader thread and written
+    by the attacker's (sendall under self.lock) at the same time. TLS (`tls`: an ssl.SSLContext):
+    OpenSSL must never see two threads on one connection, so the socket is non-blocking after the
+    handshake and every read or write of it takes self.io_lock, released while waiting in select();
+    the waits keep the plaintext timeouts (TIMEOUT_S without a byte to read, TIMEOUT_S for a whole
+    send)."""
+
+    def __init__(self, host, port, stats, source=None, tls=None):
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT_S,
                                              source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.tls = tls is not None
+        if self.tls:
+            # The handshake, under the socket's timeout; on failure wrap_socket closes the socket.
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
+            alpn = self.sock.selected_alpn_protocol()
+            if alpn != "h2":
+                self.sock.close()
+                raise ssl.SSLError("the server did not select ALPN h2 (%r)" % alpn)
+            self.sock.setblocking(False)
+            self.io_lock = threading.Lock()
         self.lock = threading.Lock()
         self.stats = stats
         self.closed = False
@@ -59,13 +98,70 @@ class Connection:
 
     def send(self, data):
         with self.lock:
-            self.sock.sendall(data)
+            if self.tls:
+                self._send_tls(data)
+            else:
+                self.sock.sendall(data)
+
+    def close(self):
+        if self.tls:
+            with self.io_lock:  # not under a read or a write of the other thread
+                self.sock.close()
+        else:
+            self.sock.close()
+
+    def _wait(self, readable, deadline):
+        """Waits (without io_lock) until the socket is readable or writable, or the deadline."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("timed out")
+        try:
+            select.select([self.sock] if readable else [], [] if readable else [self.sock], [], min(remaining, 0.5))
+        except ValueError:  # closed by the attacker's thread meanwhile (fileno() is -1)
+            raise OSError("the connection was closed")
+
+    def _send_tls(self, data):
+        # Without SSL_MODE_ENABLE_PARTIAL_WRITE (Python does not set it), SSL_write sends all of
+        # `data` or raises SSLWantWriteError, and must then be called again with the same bytes.
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            with self.io_lock:
+                try:
+                    self.sock.send(data)
+                    return
+                except ssl.SSLWantWriteError:
+                    want_read = False
+                except ssl.SSLWantReadError:  # not in TLS 1.3 (no renegotiation); the reader reads
+                    want_read = True
+            if want_read:
+                if time.monotonic() > deadline:
+                    raise socket.timeout("timed out")
+                time.sleep(0.005)
+            else:
+                self._wait(False, deadline)
+
+    def _recv(self):
+        if not self.tls:
+            return self.sock.recv(65536)
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            with self.io_lock:
+                try:
+                    chunk = self.sock.recv(65536)
+                    # Bytes OpenSSL has decrypted already are not in the kernel's buffer, so
+                    # select() would not see them: take them now.
+                    while chunk and self.sock.pending():
+                        chunk += self.sock.recv(65536)
+                    return chunk
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+            self._wait(True, deadline)
 
     def _read(self):
         buffer = b""
         try:
             while True:
-                chunk = self.sock.recv(65536)
+                chunk = self._recv()
                 if not chunk:
                     break
                 buffer += chunk
@@ -101,10 +197,13 @@ class Connection:
         return b"".join(out)
 
 
-def run(host, port, attack, connections, seconds, path, source=None, spread=False, per_connection=0, batch=200):
+def run(host, port, attack, connections, seconds, path, source=None, spread=False, per_connection=0, batch=200,
+        tls=None):
     stats = {"attack": attack, "frames": 0, "connections": 0, "connect_errors": 0, "closed_by_server": 0,
              "goaway": 0, "send_errors": 0}
-    block = grpc_headers(path)
+    if tls is not None:
+        stats["tls"] = True
+    block = grpc_headers(path, "https" if tls is not None else "http")
     deadline = time.monotonic() + seconds
     lock = threading.Lock()
 
@@ -123,7 +222,7 @@ def run(host, port, attack, connections, seconds, path, source=None, spread=Fals
         while time.monotonic() < deadline:
             if conn is None or conn.closed:
                 try:
-                    conn = Connection(host, port, stats, next_source())
+                    conn = Connection(host, port, stats, next_source(), tls)
                     with lock:
                         stats["connections"] += 1
                 except OSError:
@@ -140,14 +239,14 @@ def run(host, port, attack, connections, seconds, path, source=None, spread=Fals
                 with lock:
                     stats["frames"] += n * (2 if attack == "rapid_reset" else 1)
                 if per_connection and conn.next_stream // 2 >= per_connection:
-                    conn.sock.close()  # and start over on a new connection
+                    conn.close()  # and start over on a new connection
                     conn.closed = True
             except OSError:
                 with lock:
                     stats["send_errors"] += 1
                 conn.closed = True
         if conn is not None:
-            conn.sock.close()
+            conn.close()
 
     threads = [threading.Thread(target=attacker, daemon=True) for _ in range(connections)]
     for t in threads:
@@ -171,10 +270,23 @@ def main():
     p.add_argument("--per_connection", type=int, default=0,
                    help="streams to open on a connection before starting a new one (0: no limit)")
     p.add_argument("--path", default="/ddprun.v1.Rendezvous/Session")
+    p.add_argument("--tls_ca", help="speak TLS, and verify the server's certificate against this CA (PEM); "
+                                    "it must name --host")
+    p.add_argument("--tls_cert", help="with --tls_ca: a client certificate (PEM), for a daemon with --tls_client_ca")
+    p.add_argument("--tls_key", help="the key of --tls_cert (PEM)")
     a = p.parse_args()
     if not 0 < a.seconds <= 3600 or not 0 < a.connections <= 1000:
         sys.exit("http2_attack: --seconds must be in (0, 3600] and --connections in [1, 1000]")
-    print(json.dumps(run(a.host, a.port, a.attack, a.connections, a.seconds, a.path, a.source, a.spread, a.per_connection)), flush=True)
+    if (a.tls_cert or a.tls_key) and not (a.tls_ca and a.tls_cert and a.tls_key):
+        sys.exit("http2_attack: --tls_cert and --tls_key go together, and with --tls_ca")
+    tls = None
+    if a.tls_ca:
+        try:
+            tls = tls_context(a.tls_ca, a.tls_cert, a.tls_key)
+        except (OSError, ValueError) as e:
+            sys.exit("http2_attack: cannot load the TLS files: %s" % e)
+    print(json.dumps(run(a.host, a.port, a.attack, a.connections, a.seconds, a.path, a.source, a.spread, a.per_connection,
+                         tls=tls)), flush=True)
 
 
 if __name__ == "__main__":
