@@ -13,8 +13,10 @@
 #include "common/exit_codes.h"
 #include "common/token_file.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client/connect_probe.h"
 #include "rendezvous/client/etcd_status.h"
 #include "rpc/grpc_util.h"
+#include "tls/client.h"
 
 namespace ddprun {
 namespace {
@@ -130,6 +132,10 @@ int statusCommand(const std::vector<std::string>& args) {
   app.add_flag("--json", json, "One JSON object (README, \"ddprun-rdzv status\")");
   app.add_option("--max_nodes,--max-nodes", maxNodes, "Nodes listed per job (default 1000, at most 10000)");
   app.add_option("--timeout", timeoutSeconds, "Seconds to wait for an answer (default 10)")->check(CLI::Range(0.1, 600.0));
+  TlsClientOptions tls;
+  app.add_option("--tls_ca,--tls-ca", tls.caCertFile, "grpc over TLS: the CA the server's certificate must chain to");
+  app.add_option("--tls_cert,--tls-cert", tls.certFile, "grpc over mTLS: this client's certificate");
+  app.add_option("--tls_key,--tls-key", tls.keyFile, "grpc over mTLS: its private key");
   EtcdStatusOptions etcd;
   app.add_option("--rdzv_prefix,--etcd_prefix", etcd.prefix, "etcd: the key prefix the job uses (default /ddprun)");
   std::vector<const char*> argv{"ddprun-rdzv status"};
@@ -163,7 +169,8 @@ int statusCommand(const std::vector<std::string>& args) {
         return 1;
       }
     } else if (backend == "grpc" || backend == "c10d" || backend == "static") {
-      auto stub = pb::Rendezvous::NewStub(makeChannel(endpoint));
+      tls.enabled = !tls.caCertFile.empty() || !tls.certFile.empty();
+      auto stub = pb::Rendezvous::NewStub(makeChannel(endpoint, std::chrono::milliseconds(0), tls));
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + timeout);
       if (!token.empty()) context.AddMetadata(kTokenMetadataKey, token);
@@ -174,6 +181,19 @@ int statusCommand(const std::vector<std::string>& args) {
       if (!status.ok()) {
         std::string what = status.error_message();
         if (status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          // A certificate or a TLS-on-one-side mismatch: said as such, exit 2 (a configuration error).
+          const TlsProbeResult probe = tls.enabled ? probeTls(endpoint, tls, std::chrono::milliseconds(2000))
+                                                   : TlsProbeResult{};
+          if (probe.configError) {
+            std::cerr << "ddprun-rdzv status: error: cannot connect to the rendezvous at " << endpoint << ": "
+                      << probe.why << "\n";
+            return kExitUsage;
+          }
+          if (!tls.enabled && whyUnreachable(endpoint, std::chrono::milliseconds(500)).find(kTlsRequiredReason) !=
+                                  std::string::npos) {
+            std::cerr << "ddprun-rdzv status: error: the rendezvous at " << endpoint << " requires TLS: give --tls_ca\n";
+            return kExitUsage;
+          }
           what = "cannot reach the rendezvous at " + endpoint + ": " + what;
         } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
           what = "the rendezvous at " + endpoint + " has no Status call (an older ddprun)";

@@ -191,6 +191,66 @@ class TlsTest(ml.MultiNodeTestCase):
         return out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace"), \
             time.monotonic() - t0, argv
 
+    # --- an agent that hosts the rendezvous, across network namespaces ------------------------
+    def test_agent_hosted_mtls_job_across_network_namespaces(self):
+        from netns_lib import make_test_hosts
+        h = make_test_hosts(self, ["a", "b"])
+        port = ml.free_port()
+        jobs = []
+        for t, cert in (("a", "client_a"), ("b", "client_b")):  # a owns 192.0.2.1: it hosts
+            conf = self.conf(client=cert) + ",server_cert=%s,server_key=%s" % (self.pki["server"], self.pki["server_key"])
+            jobs.append(self.agent(t, self.elastic_args(2, port, conf=conf, host=h.addr["a"], extra=["--log_level=info"]) +
+                                   [TRAIN] + TRAIN_ARGS,
+                                   env={"GLOO_SOCKET_IFNAME": h.host_if[t]}, prefix=h.exec_prefix(t)))
+        self.assert_job_passes(jobs)
+        self.assertIn("hosting the rendezvous at 192.0.2.1", jobs[0].stderr(), self.describe_all(jobs))
+        # The hosted server asks for a client certificate: a node without one is refused, exit 2.
+        host = self.agent("a2", self.elastic_args(2, port, conf=self.conf(client="client_a") +
+                                                  ",server_cert=%s,server_key=%s" % (self.pki["server"],
+                                                                                     self.pki["server_key"]),
+                                                  host=h.addr["a"], extra=["--log_level=info"]) + [TRAIN] + TRAIN_ARGS,
+                          prefix=h.exec_prefix("a"))
+        deadline = time.monotonic() + 15
+        while "hosting the rendezvous" not in host.stderr():
+            self.assertIsNone(host.poll(), host.result(host.poll()).describe())
+            self.assertLess(time.monotonic(), deadline, host.result(None).describe())
+            time.sleep(0.05)
+        bad = self.agent("b2", self.elastic_args(2, port, conf=self.conf(), host=h.addr["a"]) + [TRAIN] + TRAIN_ARGS,
+                         prefix=h.exec_prefix("b"))
+        res = bad.wait(ERROR_TIMEOUT_S)
+        self.assert_exit(res, 2)
+        self.assertIn("the server requires a client certificate", res.stderr, res.describe())
+        host.kill(signal.SIGTERM)
+        host.wait(ml.SAFETY_TIMEOUT_S)
+
+    def test_a_host_over_tls_needs_a_server_certificate(self):
+        port = ml.free_port()
+        job = self.agent("n0", ["--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1", "--master_port=%d" % port,
+                                "--rdzv_conf=" + self.conf(), TRAIN] + TRAIN_ARGS)
+        res = job.wait(ERROR_TIMEOUT_S)
+        self.assert_exit(res, 2)
+        self.assertIn("needs server_cert and server_key", res.stderr, res.describe())
+        res = self.agent("n1", ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % port,
+                                "--rdzv_conf=cacert=%s" % self.pki["ca"], TRAIN]).wait(ERROR_TIMEOUT_S)
+        self.assert_exit(res, 2)
+        self.assertIn("need protocol=https", res.stderr, res.describe())
+
+    def test_status_over_tls(self):
+        daemon = self.daemon(client_ca="ca")
+        self.assert_job_passes(self.job(daemon, [self.conf(client="client_a"), self.conf(client="client_b")]))
+        base = [ml.RDZV, "status", "--rdzv_endpoint", "127.0.0.1:%d" % daemon.port, "--token_file", self.token_file,
+                "--timeout", "5"]
+        ok = subprocess.run(base + ["--tls_ca", self.pki["ca"], "--tls_cert", self.pki["client_a"], "--tls_key",
+                                    self.pki["client_a_key"], "--json"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(ok.returncode, 0, ok.stdout + ok.stderr)
+        self.assertIn("jobs", ok.stdout)
+        plain = subprocess.run(base, capture_output=True, text=True, timeout=30)
+        self.assertEqual(plain.returncode, 2, plain.stdout + plain.stderr)
+        self.assertIn("requires TLS", plain.stderr)
+        nocert = subprocess.run(base + ["--tls_ca", self.pki["ca"]], capture_output=True, text=True, timeout=30)
+        self.assertEqual(nocert.returncode, 2, nocert.stdout + nocert.stderr)
+        self.assertIn("requires a client certificate", nocert.stderr)
+
     # --- rotation ----------------------------------------------------------------------------
     def test_sighup_rotates_the_certificate_and_open_sessions_go_on(self):
         cert, key = self.path("server.pem"), self.path("server.key")
