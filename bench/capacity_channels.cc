@@ -10,10 +10,23 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace capacity {
 
 namespace {
+
+// TLS with `ca` as the one root (the daemon's --tls_cert chains to it), or plaintext without one.
+std::shared_ptr<grpc::ChannelCredentials> credentials(const std::string& ca) {
+  if (ca.empty()) return grpc::InsecureChannelCredentials();
+  std::ifstream f(ca);
+  std::stringstream pem;
+  pem << f.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
 
 std::string target(const std::string& address) {
   // An IP literal skips the DNS resolver (and its work per channel); a name goes through it.
@@ -72,10 +85,10 @@ std::shared_ptr<grpc::Channel> agentChannel(const AgentChannelSettings& o, long 
     if (fd < 0) return nullptr;
     return grpc::CreateCustomInsecureChannelFromFd(target(o.address), fd, args);
   }
-  return grpc::CreateCustomChannel(target(o.address), grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target(o.address), credentials(o.tlsCa), args);
 }
 
-std::shared_ptr<grpc::Channel> storeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> storeChannel(const std::string& address, const std::string& tlsCa) {
   // As ddprun's store client (rpc/grpc_util.cc makeChannel), one connection per worker.
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(80 << 20);
@@ -83,7 +96,7 @@ std::shared_ptr<grpc::Channel> storeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target(address), grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target(address), credentials(tlsCa), args);
 }
 
 int connectAll(const std::vector<std::shared_ptr<grpc::Channel>>& channels, int window,

@@ -21,6 +21,9 @@ struct AgentChannelSettings {
   // per address. Such a channel is made from a connected socket: it does not reconnect, and it has
   // no connectivity state to watch (do not pass it to connectAll).
   bool distinctSources = false;
+  // TLS (the daemon's --tls_cert): the CA to trust; empty: plaintext. Not with distinctSources
+  // (gRPC makes a channel from a connected socket only without TLS).
+  std::string tlsCa;
 };
 
 // 127.0.0.2 onwards.
@@ -29,7 +32,7 @@ std::string sourceAddressOf(long index);
 // null when --distinct_sources could not connect.
 std::shared_ptr<grpc::Channel> agentChannel(const AgentChannelSettings& settings, long index);
 // As ddprun's store client's channel (rpc/grpc_util.cc makeChannel), on a connection of its own.
-std::shared_ptr<grpc::Channel> storeChannel(const std::string& address);
+std::shared_ptr<grpc::Channel> storeChannel(const std::string& address, const std::string& tlsCa = "");
 // Brings every channel to READY, at most `window` connecting at once. Returns how many did
 // before `deadline`.
 int connectAll(const std::vector<std::shared_ptr<grpc::Channel>>& channels, int window,

@@ -82,6 +82,7 @@ struct Options {
   int pauseBeforeJoinMs = 0;  // a profiling aid: time to attach `perf record -p` to the daemon
   std::string token;          // the job token, from --token_file
   bool distinctSources = false;  // each agent from its own loopback address (127.x.y.z)
+  std::string tlsCa;             // TLS to a daemon with --tls_cert: the CA to trust (empty: plaintext)
 };
 
 // ---- shared counters ----
@@ -495,7 +496,7 @@ void quiesce(const Options& o, std::chrono::milliseconds limit) {
   std::cerr << "usage: " << argv0
             << " --address HOST:PORT [--daemon_pid PID] [--jobs J] [--nodes N] [--heartbeat_timeout_ms MS]\n"
                "       [--steady_seconds S] [--store] [--connect_window W] [--timeout_s S] [--no_keepalive] [--tag T] [--seed N]\n"
-               "       [--distinct_sources]\n"
+               "       [--distinct_sources] [--tls_ca CA.pem]\n"
                "       [--pause_before_join_ms MS] [--token_file PATH]\n";
   std::exit(2);
 }
@@ -523,13 +524,14 @@ Options parse(int argc, char** argv) {
     else if (a == "--pause_before_join_ms") o.pauseBeforeJoinMs = std::atoi(next().c_str());
     else if (a == "--token_file") o.token = ddprun::readTokenFile(next(), "--token_file");
     else if (a == "--distinct_sources") o.distinctSources = true;
+    else if (a == "--tls_ca") o.tlsCa = next();
     else usage(argv[0]);
   }
   const long total = static_cast<long>(o.jobs) * o.nodes;
   if (o.address.empty() || o.jobs < 1 || o.nodes < 1 || total > 20000 || o.heartbeatTimeoutMs < 100 ||
       o.heartbeatTimeoutMs > 600000 || o.steadySeconds < 0 || o.steadySeconds > 600 || o.connectWindow < 1 ||
       o.timeoutS <= 0 || o.timeoutS > 3600 || o.pauseBeforeJoinMs < 0 ||
-      o.pauseBeforeJoinMs > 60000) {
+      o.pauseBeforeJoinMs > 60000 || (o.distinctSources && !o.tlsCa.empty())) {
     usage(argv[0]);
   }
   return o;
@@ -597,7 +599,8 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Agent>> agents;
   agents.reserve(static_cast<size_t>(total));
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  const capacity::AgentChannelSettings channelSettings{o.address, o.heartbeatTimeoutMs, o.keepalive, o.distinctSources};
+  const capacity::AgentChannelSettings channelSettings{o.address, o.heartbeatTimeoutMs, o.keepalive, o.distinctSources,
+                                                       o.tlsCa};
   for (int j = 0; j < o.jobs; ++j) {
     const std::string runId = o.tag + "-" + std::to_string(j);
     for (int n = 0; n < o.nodes; ++n) {
@@ -711,7 +714,7 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<StoreWorker>> workers;
     std::vector<std::shared_ptr<grpc::Channel>> storeChannels;
     for (int i = 0; i < storeClients; ++i) {
-      storeChannels.push_back(capacity::storeChannel(o.address));
+      storeChannels.push_back(capacity::storeChannel(o.address, o.tlsCa));
       workers.push_back(std::make_unique<StoreWorker>(&shared, i, storeClients, runId, round, storeChannels.back()));
     }
     if (capacity::connectAll(storeChannels, o.connectWindow, deadline) != storeClients) finish(1, "store clients could not connect");

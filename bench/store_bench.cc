@@ -62,6 +62,7 @@ struct Options {
   bool threads = false;
   std::string tag = "b";
   int servePort = 0;    // tcpstore only: host a server
+  std::string tlsCa, tlsCert, tlsKey;  // ddprun only: TLS to the store (--tls_ca turns it on)
 };
 
 // ---- the two clients, behind one interface ----
@@ -83,8 +84,9 @@ class BenchClient final : public Client {
  public:
   explicit BenchClient(const Options& o)
       : client_(ddprun::StoreClientOptions{o.host + ":" + std::to_string(o.port), "", o.runId, o.round,
+                                           std::chrono::milliseconds(30000), std::chrono::milliseconds(10000),
                                            std::chrono::milliseconds(30000),
-                                           std::chrono::milliseconds(10000)}) {}
+                                           ddprun::TlsClientOptions{!o.tlsCa.empty(), o.tlsCa, o.tlsCert, o.tlsKey}}) {}
   void set(const std::string& k, const std::string& v) override { client_.set(k, v); }
   std::string get(const std::string& k) override { return client_.get(k); }
   int64_t add(const std::string& k, int64_t d) override { return client_.add(k, d); }
@@ -476,6 +478,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = true;
     else if (a == "--tag") o.tag = next();
     else if (a == "--serve") o.servePort = std::atoi(next().c_str());
+    else if (a == "--tls_ca") o.tlsCa = next();
+    else if (a == "--tls_cert") o.tlsCert = next();
+    else if (a == "--tls_key") o.tlsKey = next();
     else usage(argv[0]);
   }
   for (const auto& op : o.ops) {
