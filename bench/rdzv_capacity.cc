@@ -203,8 +203,9 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      ++shared_->streamsEnded;
-      shared_->problem("node " + nodeId + ": the server ended its stream");
+      // The stream is over: let it finish, so that OnDone says with which status (who ended it).
+      ended_ = true;
+      RemoveHold();
       return;
     }
     switch (in_.kind_case()) {
@@ -244,6 +245,14 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
     StartRead(&in_);
   }
 
+  void OnDone(const grpc::Status& status) override {
+    if (!ended_) return;
+    ++shared_->streamsEnded;
+    shared_->problem("node " + nodeId + ": the server ended its stream (status " +
+                     std::to_string(static_cast<int>(status.error_code())) + ": " + status.error_message() + ")" +
+                     (joinWrittenNs.load() == 0 ? " before its Join was written" : ""));
+  }
+
   const int job;
   const std::string runId;
   const std::string nodeId;
@@ -256,6 +265,7 @@ class Agent final : public QueuedStream<pb::AgentMessage, pb::ServerMessage> {
   std::atomic<int> groupRank{-1};
 
  private:
+  bool ended_ = false;
   void onWritten(const pb::AgentMessage& msg, bool ok) override {
     if (ok && msg.has_join()) joinWrittenNs = nowNs();
   }
