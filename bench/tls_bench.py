@@ -223,9 +223,10 @@ def report(args, rounds, store, store_skip, capacity, cap_skip):
              "Command: `python3 bench/tls_bench.py %s`" % " ".join(sys.argv[1:]), "",
              "Machine: %d CPUs, load before %.2f. ECDSA P-256 certificates, TLS 1.3." % (os.cpu_count(),
                                                                                     benchlib.loadavg()), ""]
-    lines += ["### Round formation (ms, median of %d; min-max)" % args.reps, "",
-              "| nodes | plaintext | TLS | mTLS | TLS / plaintext | mTLS / plaintext |", "|---|---|---|---|---|---|"]
-    for n in args.sizes:
+    if rounds:
+        lines += ["### Round formation (ms, median of %d; min-max)" % args.reps, "",
+                  "| nodes | plaintext | TLS | mTLS | TLS / plaintext | mTLS / plaintext |", "|---|---|---|---|---|---|"]
+    for n in (args.sizes if rounds else []):
         cells = []
         meds = {}
         for mode in ("plain", "tls", "mtls"):
@@ -256,13 +257,14 @@ def report(args, rounds, store, store_skip, capacity, cap_skip):
         lines += ["Capacity: %s." % cap_skip, ""]
     else:
         lines += ["### %d agents from one address join at once, guard on" % args.capacity, "",
-                  "| | rc | join (first Join to all assigned) s | daemon peak RSS MB | daemon us per heartbeat | connect s |",
-                  "|---|---|---|---|---|---|"]
+                  "| | rc | join (first Join to all assigned) s | daemon peak RSS MB | daemon us per heartbeat | "
+                  "connect s | daemon CPU s in connect |",
+                  "|---|---|---|---|---|---|---|"]
         for r in capacity:
-            lines.append("| %s rep %d | %s | %s | %s | %s | %s |" % (
+            lines.append("| %s rep %d | %s | %s | %s | %s | %s | %s |" % (
                 r["mode"], r["rep"], r.get("rc"), r.get("first_join_to_all_assigned_s"),
                 "%.0f" % (r["daemon_hwm_kb"] / 1024) if r.get("daemon_hwm_kb") else "-",
-                r.get("steady_daemon_us_per_heartbeat"), r.get("connect_s")))
+                r.get("steady_daemon_us_per_heartbeat"), r.get("connect_wall_s"), r.get("connect_daemon_cpu_s")))
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -276,6 +278,7 @@ def main():
     ap.add_argument("--store_seconds", type=float, default=1.0)
     ap.add_argument("--capacity", type=int, default=0, help="agents for the capacity case (0: skip)")
     ap.add_argument("--capacity_reps", type=int, default=1)
+    ap.add_argument("--parts", default="rounds,store,capacity", help="which parts to run")
     ap.add_argument("--smoke", action="store_true", help="2 nodes, 1 rep, 1 store client: does it still run?")
     ap.add_argument("--label", default="")
     ap.add_argument("--output", default="", help="markdown file to append the section to (default: stdout only)")
@@ -287,10 +290,11 @@ def main():
     workdir = tempfile.mkdtemp(prefix="tls_bench_")
     try:
         pki = tls_pki.make_pki(os.path.join(workdir, "pki"))
-        rounds = bench_rounds(args, pki, workdir)
-        store, store_skip = bench_store(args, pki, workdir)
-        capacity, cap_skip = (bench_capacity(args, pki, workdir) if args.capacity
-                              else (None, "skipped (--capacity 0)"))
+        parts = args.parts.split(",")
+        rounds = bench_rounds(args, pki, workdir) if "rounds" in parts else {}
+        store, store_skip = bench_store(args, pki, workdir) if "store" in parts else (None, "not run (--parts)")
+        capacity, cap_skip = (bench_capacity(args, pki, workdir) if args.capacity and "capacity" in parts
+                              else (None, "skipped (--capacity 0, or --parts)"))
     finally:
         shutil.rmtree(workdir, True)
     text = report(args, rounds, store, store_skip, capacity, cap_skip)

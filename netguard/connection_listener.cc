@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -18,6 +19,8 @@
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -112,6 +115,10 @@ class ConnectionListener::Impl {
     if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw DDPRUN_SYSTEM_ERROR("pipe");
     wakeRead_.reset(fds[0]);
     wakeWrite_.reset(fds[1]);
+    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_) throw DDPRUN_SYSTEM_ERROR("epoll_create1");
+    watch(wakeRead_.get(), kWakeKey, EPOLLIN, EPOLL_CTL_ADD);
+    for (std::size_t i = 0; i < listen_.size(); ++i) watch(listen_[i].get(), kListenKey + i, EPOLLIN, EPOLL_CTL_ADD);
     spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
 
@@ -242,9 +249,8 @@ class ConnectionListener::Impl {
   struct Pending {
     UniqueFd fd;
     std::string address;
-    Clock::time_point deadline;
-    Clock::time_point nextPeek;  // a partial preface: look again then, not in a busy loop
-    bool gated = false;          // its address is penalized: only a request with the token passes
+    uint64_t seq = 0;   // tells this connection from a later one on the same descriptor number
+    bool gated = false;  // its address is penalized: only a request with the token passes
   };
 
   // Connections open now, counted by what holds descriptors. Cheap: /proc/self/fd is read only
@@ -273,36 +279,57 @@ class ConnectionListener::Impl {
     return estimate_ + more > cap;
   }
 
+  // One epoll set holds the wake-up pipe, the listening sockets and every connection still waiting
+  // for its first bytes (level-triggered): a mass start of thousands costs each wake-up only what
+  // is ready. (A poll() over every pending connection, rebuilt at each wake-up, made a 6,000-agent
+  // start and a flood beside it quadratic: most of the daemon's CPU was in the kernel's poll.)
   void run() {
     // After an accept error the listeners rest until then, whatever else wakes the loop (a
     // pending connection's bytes): else every wake-up retried accept() into the same EMFILE.
     Clock::time_point acceptPausedUntil{};
+    bool listening = true;
+    std::vector<epoll_event> events(512);
     while (true) {
       auto now = Clock::now();
       const bool paused = now < acceptPausedUntil;
-      std::vector<pollfd> polls;
-      polls.push_back({wakeRead_.get(), POLLIN, 0});
-      for (const auto& l : listen_) polls.push_back({l.get(), paused ? short(0) : short(POLLIN), 0});
-      int timeout = paused ? static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                  acceptPausedUntil - now).count()) + 1
-                           : 1000;
-      for (auto& p : pending_) {
-        auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(p.deadline, p.nextPeek) - now);
-        timeout = std::clamp<int>(static_cast<int>(wait.count()) + 1, 0, timeout);
-        polls.push_back({p.fd.get(), p.nextPeek <= now ? short(POLLIN) : short(0), 0});
+      if (paused == listening) {  // a level-triggered listener would wake the loop all pause long
+        listening = !paused;
+        for (std::size_t i = 0; i < listen_.size(); ++i) watch(listen_[i].get(), kListenKey + i, listening ? EPOLLIN : 0u);
       }
-      int rc = ::poll(polls.data(), polls.size(), timeout);
-      if (rc < 0 && errno != EINTR) break;
-      if (polls[0].revents) break;  // stop()
+      Clock::time_point next = now + std::chrono::seconds(1);
+      if (paused) next = std::min(next, acceptPausedUntil);
+      if (!deadlines_.empty()) next = std::min(next, deadlines_.front().at);
+      if (!repeek_.empty()) next = std::min(next, repeek_.begin()->first);
+      const int timeout = static_cast<int>(
+          std::clamp<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(next - now).count(), 0, 1000));
+      int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
+      if (n < 0 && errno != EINTR) break;
+      bool stopping = false, accept = false;
       now = Clock::now();
-      checkPending(polls, now);  // first: the connections accepted below were not polled yet
-      for (std::size_t i = 0; i < listen_.size(); ++i) {
-        if (polls[1 + i].revents & POLLIN) {
-          const auto pause = acceptAll(listen_[i].get(), now);
+      // Pending connections first: the ones accepted below were not waited for yet.
+      for (int i = 0; i < n; ++i) {
+        const uint64_t key = events[i].data.u64;
+        if (key == kWakeKey) stopping = true;
+        else if (key >= kListenKey) accept = true;
+        else serve(static_cast<int>(key), events[i].events, now);
+      }
+      if (stopping) break;  // stop()
+      if (accept && now >= acceptPausedUntil) {
+        for (const auto& l : listen_) {
+          const auto pause = acceptAll(l.get(), now);
           if (pause.count() > 0) acceptPausedUntil = std::max(acceptPausedUntil, now + pause);
         }
       }
+      lookAgain(now);
+      expire(now);
     }
+  }
+
+  void watch(int fd, uint64_t key, uint32_t events, int op = EPOLL_CTL_MOD) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = key;
+    ::epoll_ctl(epoll_.get(), op, fd, &ev);
   }
 
   // Accepts until the backlog is empty; returns how long to pause accepting (after an error).
@@ -357,7 +384,12 @@ class ConnectionListener::Impl {
       estimate_ += perConnection();
       int one = 1;
       ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      pending_.push_back(Pending{std::move(conn), std::move(address), now + options_.handshakeTimeout, now, gated});
+      const int number = conn.get();
+      const uint64_t seq = ++lastSeq_;
+      watch(number, static_cast<uint64_t>(number), EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+      pending_.insert_or_assign(number, Pending{std::move(conn), std::move(address), seq, gated});
+      // One timeout for all: arrival order is deadline order.
+      deadlines_.push_back(Deadline{now + options_.handshakeTimeout, number, seq});
     }
     return std::chrono::milliseconds(0);
   }
@@ -386,58 +418,78 @@ class ConnectionListener::Impl {
     }
   }
 
-  // Hands over the connections whose preface is there; closes the silent and the closed ones.
-  // polls[1 + listeners + i] is pending_[i]'s.
-  void checkPending(const std::vector<pollfd>& polls, Clock::time_point now) {
-    const std::size_t first = 1 + listen_.size();
-    DDPRUN_CHECK(polls.size() == pending_.size() + first, "every pending connection was polled");
-    std::vector<Pending> keep;
-    for (std::size_t i = 0; i < pending_.size(); ++i) {
-      Pending& p = pending_[i];
-      const short revents = polls[first + i].revents;
-      if ((revents & POLLIN) && options_.tls) {
+  // A pending connection's bytes (or its end): hand it over once its first bytes are there, close
+  // it when it ended or sent what no client of ours sends.
+  void serve(int number, uint32_t events, Clock::time_point now) {
+    auto it = pending_.find(number);
+    if (it == pending_.end()) return;
+    Pending& p = it->second;
+    if (events & EPOLLIN) {
+      if (options_.tls) {
         // A TLS record starts with its type, 22 for a handshake. A plaintext client (gRPC without
         // TLS) is told why in words before the close, as its agent then exits 2 saying so.
         char buf[4];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
-        if (n >= 1 && buf[0] == 0x16) {
-          handOver(std::move(p.fd), std::move(p.address), now, p.gated);
-          continue;
-        }
+        if (n >= 1 && buf[0] == 0x16) return handOver(takePending(it), now);
         if (n >= 4 || n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           if (n >= 4 && std::memcmp(buf, "PRI ", 4) == 0) {
             refuse(p.fd.get(), std::string(kTlsRequiredReason) + ": connect with --rdzv_conf protocol=https");
             tlsFailure(p.address, "a plaintext HTTP/2 client (this server requires TLS)");
-          } else {
-            closedSilent(p, n >= 4 ? "it did not start a TLS handshake" : "it closed before a TLS handshake", now);
+            takePending(it);
+            return;
           }
-          continue;
+          return closeSilent(it, n >= 4 ? "it did not start a TLS handshake" : "it closed before a TLS handshake", now);
         }
-        p.nextPeek = now + std::chrono::milliseconds(20);
-      } else if (revents & POLLIN) {
+      } else {
         char buf[kPrefaceBytes];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
-        if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
-          handOver(std::move(p.fd), std::move(p.address), now, p.gated);
-          continue;
-        }
+        if (n >= static_cast<ssize_t>(kPrefaceBytes)) return handOver(takePending(it), now);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          closedSilent(p, "it closed before sending the HTTP/2 preface", now);
-          continue;
+          return closeSilent(it, "it closed before sending the HTTP/2 preface", now);
         }
-        p.nextPeek = now + std::chrono::milliseconds(20);
-      } else if (revents & (POLLERR | POLLHUP)) {
-        closedSilent(p, "it closed before sending the HTTP/2 preface", now);
-        continue;
       }
-      if (now >= p.deadline) {
-        closedSilent(p, "no HTTP/2 preface within the handshake timeout", now);
-        continue;
-      }
-      keep.push_back(std::move(p));
+      // Part of what it must send: look again in 20 ms, not in a busy loop (level-triggered).
+      watch(number, static_cast<uint64_t>(number), EPOLLRDHUP);
+      repeek_.emplace(now + std::chrono::milliseconds(20), std::pair{number, p.seq});
+    } else if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
+      closeSilent(it, "it closed before sending the HTTP/2 preface", now);
     }
-    pending_ = std::move(keep);
   }
+
+  // The connections that sent part of their first bytes: waited for again.
+  void lookAgain(Clock::time_point now) {
+    while (!repeek_.empty() && repeek_.begin()->first <= now) {
+      const auto [number, seq] = repeek_.begin()->second;
+      repeek_.erase(repeek_.begin());
+      auto it = pending_.find(number);
+      if (it != pending_.end() && it->second.seq == seq) watch(number, static_cast<uint64_t>(number), EPOLLIN | EPOLLRDHUP);
+    }
+  }
+
+  // The connections whose first bytes did not come within the handshake timeout.
+  void expire(Clock::time_point now) {
+    while (!deadlines_.empty() && deadlines_.front().at <= now) {
+      const Deadline d = deadlines_.front();
+      deadlines_.pop_front();
+      auto it = pending_.find(d.number);
+      if (it == pending_.end() || it->second.seq != d.seq) continue;  // handed over or closed already
+      closeSilent(it, options_.tls ? "no TLS handshake started within the handshake timeout"
+                                   : "no HTTP/2 preface within the handshake timeout", now);
+    }
+  }
+
+  // Out of the pending set (and of the epoll set: its descriptor may live on, in gRPC or the relay).
+  Pending takePending(std::unordered_map<int, Pending>::iterator it) {
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    return p;
+  }
+
+  void closeSilent(std::unordered_map<int, Pending>::iterator it, const char* why, Clock::time_point now) {
+    Pending p = takePending(it);
+    closedSilent(p, why, now);
+  }  // p's descriptor closes here
 
   static int fdOfPeer(const std::string& grpcPeer) {
     if (grpcPeer.rfind("fd:", 0) != 0) return -1;
@@ -479,6 +531,8 @@ class ConnectionListener::Impl {
     return fd;
   }
 
+  void handOver(Pending p, Clock::time_point now) { handOver(std::move(p.fd), std::move(p.address), now, p.gated); }
+
   void handOver(UniqueFd fd, std::string address, Clock::time_point now, bool gated) {
     uint64_t relayId = 0;
     if (relay_) {
@@ -515,7 +569,20 @@ class ConnectionListener::Impl {
   int port_ = 0;
   grpc::Server* server_ = nullptr;
   std::thread thread_;
-  std::vector<Pending> pending_;  // accept thread only
+  // Accept thread only: the connections waiting for their first bytes, by descriptor number; their
+  // deadlines in arrival order; the ones that sent part of them, by when to look again.
+  std::unordered_map<int, Pending> pending_;
+  struct Deadline {
+    Clock::time_point at;
+    int number;
+    uint64_t seq;
+  };
+  std::deque<Deadline> deadlines_;
+  std::multimap<Clock::time_point, std::pair<int, uint64_t>> repeek_;
+  uint64_t lastSeq_ = 0;
+  UniqueFd epoll_;
+  static constexpr uint64_t kWakeKey = ~uint64_t{0};
+  static constexpr uint64_t kListenKey = uint64_t{1} << 62;  // + the listener's index
   std::size_t baseline_ = 0;      // descriptors open before the first connection
   std::size_t estimate_ = 0;      // accept thread only
   // One line per 10 s for each event a flood repeats; the next line counts what was held back.
