@@ -83,6 +83,9 @@ struct Options {
   std::string token;          // the job token, from --token_file
   bool distinctSources = false;  // each agent from its own loopback address (127.x.y.z)
   std::string tlsCa;             // TLS to a daemon with --tls_cert: the CA to trust (empty: plaintext)
+  // Each agent opens its Session stream as soon as its channel exists, as a real agent does (its
+  // Join waits for the join phase); else all streams start once every agent is connected.
+  bool streamAtConnect = false;
 };
 
 // ---- shared counters ----
@@ -506,7 +509,7 @@ void quiesce(const Options& o, std::chrono::milliseconds limit) {
   std::cerr << "usage: " << argv0
             << " --address HOST:PORT [--daemon_pid PID] [--jobs J] [--nodes N] [--heartbeat_timeout_ms MS]\n"
                "       [--steady_seconds S] [--store] [--connect_window W] [--timeout_s S] [--no_keepalive] [--tag T] [--seed N]\n"
-               "       [--distinct_sources] [--tls_ca CA.pem]\n"
+               "       [--distinct_sources] [--tls_ca CA.pem] [--stream_at_connect]\n"
                "       [--pause_before_join_ms MS] [--token_file PATH]\n";
   std::exit(2);
 }
@@ -535,6 +538,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--token_file") o.token = ddprun::readTokenFile(next(), "--token_file");
     else if (a == "--distinct_sources") o.distinctSources = true;
     else if (a == "--tls_ca") o.tlsCa = next();
+    else if (a == "--stream_at_connect") o.streamAtConnect = true;
     else usage(argv[0]);
   }
   const long total = static_cast<long>(o.jobs) * o.nodes;
@@ -621,6 +625,9 @@ int main(int argc, char** argv) {
       agents.push_back(std::make_unique<Agent>(&shared, j, runId, "node-" + std::to_string(n), channels.back(),
                                                o.distinctSources ? capacity::sourceAddressOf(static_cast<long>(channels.size()) - 1)
                                                                  : std::string("127.0.0.1")));
+      // As a real agent: its Session stream (the request headers with the token) at once; its
+      // Join still waits for the join phase.
+      if (o.streamAtConnect) agents.back()->start();
     }
   }
   // A channel made from a connected socket has no connectivity state to watch (gRPC aborts).
@@ -631,7 +638,9 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(reportMu);
     report.integer("connect_daemon_rss_before_streams_kb", sampleProc(o.daemonPid).rssKb);
   }
-  for (auto& a : agents) a->start();
+  if (!o.streamAtConnect) {
+    for (auto& a : agents) a->start();
+  }
   quiesce(o, std::chrono::seconds(20));
   {
     std::lock_guard<std::mutex> lock(reportMu);
