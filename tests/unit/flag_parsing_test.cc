@@ -188,3 +188,20 @@ TEST_CASE("parseRendezvousConf: torch's etcd keys and ours, checked at once", "[
   CHECK_THROWS_WITH(parseRendezvousConf("etcd_prefix=relative", bad), Contains("starting with /"));
   CHECK_THROWS_WITH(parseRendezvousConf("auth_file=/nonexistent/etcd.auth", bad), Contains("--rdzv_conf auth_file"));
 }
+
+TEST_CASE("parseRendezvousConf: TLS keys for both backends, and what does not go without what", "[cli][flag_parsing]") {
+  LaunchConfig cfg;
+  parseRendezvousConf("protocol=https,cacert=/c/ca.pem,cert=/c/me.pem,key=/c/me.key,server_cert=/c/s.pem,"
+                      "server_key=/c/s.key", cfg);
+  CHECK(cfg.tls);
+  CHECK(cfg.tlsServerCert == "/c/s.pem");
+  CHECK(cfg.tlsServerKey == "/c/s.key");
+  LaunchConfig bad;
+  CHECK_THROWS_WITH(parseRendezvousConf("protocol=https,cert=/c/me.pem", bad), Contains("cert and key go together"));
+  LaunchConfig bad2;
+  CHECK_THROWS_WITH(parseRendezvousConf("protocol=https,server_key=/c/s.key", bad2),
+                    Contains("server_cert and server_key go together"));
+  // Without protocol=https the files would be ignored and the rendezvous would go in clear.
+  LaunchConfig bad3;
+  CHECK_THROWS_WITH(parseRendezvousConf("cacert=/c/ca.pem", bad3), Contains("need protocol=https"));
+}
