@@ -112,10 +112,16 @@ void NcclState::waitReady(NcclClock::time_point deadline, const std::string& wha
 bool NcclState::pollLocked(PendingOp& op) {
   if (op.done || op.failed) return true;
   if (aborted) {
-    // A clean destroy finalized first: what was issued completed and holds its result.
-    if (destroyed && cudaEventQuery(op.event) == cudaSuccess) {
-      op.done = true;
-      return true;
+    // A clean destroy finalized first: what was issued ran and holds its result. Its event may
+    // complete an instant after the finalize returned (the stream reaches it after the kernel),
+    // so a not-ready event is waited for, up to the op's deadline, not failed.
+    if (destroyed) {
+      const cudaError_t rc = cudaEventQuery(op.event);
+      if (rc == cudaSuccess) {
+        op.done = true;
+        return true;
+      }
+      if (rc == cudaErrorNotReady && NcclClock::now() < op.deadline) return false;
     }
     op.failed = true;
     op.error = "nccl " + op.what + ": " + failure;

@@ -3,11 +3,13 @@
 // also sets the thread's last error (cudaGetLastError).
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "tests/simgpu/runtime.h"
 #include "tests/simgpu/simgpu.h"
@@ -197,7 +199,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!e || !s) return simgpu::fail(cudaErrorInvalidResourceHandle);
   // An event and the stream it records must belong to the same device (context).
   if (e->device != s->device) return simgpu::fail(cudaErrorInvalidResourceHandle);
-  auto marker = Runtime::get().enqueue(*s, [] {});
+  long lagMs = 0;
+  {
+    std::lock_guard<std::mutex> lock(Runtime::get().mutex());
+    if (Runtime::get().faults().appliesTo(-1)) lagMs = Runtime::get().faults().eventLagMs;
+  }
+  auto marker = Runtime::get().enqueue(*s, [lagMs] {
+    if (lagMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(lagMs));
+  });
   std::lock_guard<std::mutex> lock(simgpu::eventsMutex);
   e->marker = std::move(marker);
   return cudaSuccess;

@@ -14,6 +14,9 @@ struct Faults {
   long hangCollective = 0;    // DDPRUN_SIMGPU_HANG_COLLECTIVE: this collective never completes
   long asyncErrorCollective = 0;  // DDPRUN_SIMGPU_ASYNC_ERROR: this collective fails asynchronously
   long slowMs = 0;            // DDPRUN_SIMGPU_SLOW_MS: every collective starts this late
+  // DDPRUN_SIMGPU_EVENT_LAG_MS: an event completes this long after the work before it on its
+  // stream (the stream reaches the event later than the kernel ends: never at the same instant).
+  long eventLagMs = 0;
   int rank = -1;              // DDPRUN_SIMGPU_FAULT_RANK
   bool firstAttempt = true;   // TORCHELASTIC_RESTART_COUNT is unset or 0
   // Calls seen since the faults were (re)loaded, guarded by the runtime's mutex.

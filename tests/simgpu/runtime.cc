@@ -50,6 +50,7 @@ Faults Faults::fromEnviron() {
   f.hangCollective = envLong("DDPRUN_SIMGPU_HANG_COLLECTIVE", 0);
   f.asyncErrorCollective = envLong("DDPRUN_SIMGPU_ASYNC_ERROR", 0);
   f.slowMs = envLong("DDPRUN_SIMGPU_SLOW_MS", 0);
+  f.eventLagMs = envLong("DDPRUN_SIMGPU_EVENT_LAG_MS", 0);
   f.rank = static_cast<int>(envLong("DDPRUN_SIMGPU_FAULT_RANK", -1));
   f.firstAttempt = envLong("TORCHELASTIC_RESTART_COUNT", 0) == 0;
   return f;
