@@ -145,6 +145,21 @@ def start_rdzv(rdzv, log_path, extra=(), wrap=(), bound_s=20):
     return proc, int(m.group(2))
 
 
+def kill_sessions(procs, bound_s=10):
+    """SIGKILLs each process's session (process group: what it started too) and reaps them."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=bound_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def stop(proc, bound_s=20):
     """SIGTERM, then SIGKILL after bound_s; returns the exit status."""
     if proc.poll() is not None:

@@ -56,20 +56,6 @@ def stamps(stamp_dir):
     return glob.glob(os.path.join(stamp_dir, "w.*"))
 
 
-def kill_all(procs):
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def run_agents(argvs, n, hold=False):
     """Starts the agents; returns (seconds to n stamps or None, the stamp folder, the processes)."""
     d = tempfile.mkdtemp(prefix="etcd_bench_")
@@ -133,7 +119,7 @@ def rendezvous_table(args, cluster):
                         p.wait(timeout=30)
                     except subprocess.TimeoutExpired:
                         pass
-                kill_all(procs + ([daemon] if daemon else []))
+                benchlib.kill_sessions(procs + ([daemon] if daemon else []))
                 if t is None:
                     failures += 1
                     sys.stderr.write("%s n=%d failed; agent 0 said: %s\n" % (
@@ -178,7 +164,7 @@ def node_loss(args, cluster, heartbeat_s):
         return None
     finally:
         open(os.path.join(d, "release"), "w").close()
-        kill_all(procs)
+        benchlib.kill_sessions(procs)
         shutil.rmtree(d, True)
 
 

@@ -60,20 +60,6 @@ def conf_for(mode, pki, i):
     return ",".join(conf)
 
 
-def kill_all(procs):
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def one_round(build, port, n, mode, pki, workdir):
     """Seconds from starting n agents to n stamps, or None."""
     d = tempfile.mkdtemp(prefix="tls_round_", dir=workdir)
@@ -101,7 +87,7 @@ def one_round(build, port, n, mode, pki, workdir):
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-    kill_all(procs)
+    benchlib.kill_sessions(procs)
     shutil.rmtree(d, True)
     return took
 
@@ -138,7 +124,7 @@ def store_job(args, port, mode, pki, workdir):
     deadline = time.monotonic() + 30
     while not os.path.exists(info):
         if time.monotonic() > deadline or proc.poll() is not None:
-            kill_all([proc])
+            benchlib.kill_sessions([proc])
             raise RuntimeError("the store job did not start: " + open(os.path.join(d, "agent.err")).read()[-500:])
         time.sleep(0.02)
     rnd, rid = open(info).read().split()
@@ -177,7 +163,7 @@ def bench_store(args, pki, workdir):
                 print("store rep %d clients=%d done" % (rep, c), flush=True)
     finally:
         for proc, port, rnd, rid, job in setups.values():
-            kill_all([job])
+            benchlib.kill_sessions([job])
             benchlib.stop(proc)
     return results, None
 

@@ -173,8 +173,9 @@ TEST_CASE("simgpu nccl: half and bfloat16 all-reduces: sum and max across 4 rank
   for (int r = 0; r < kSize; ++r) CHECK(errors[static_cast<std::size_t>(r)] == "");
 }
 
-TEST_CASE("simgpu nccl: work issued before a clean destroy completes and its Work succeeds afterwards",
-          "[simgpu][nccl]") {
+// Two ranks issue an all-reduce and destroy their communicators cleanly before waiting on it: the
+// Work must succeed afterwards with the result. Returns each rank's error ("" when none).
+static std::vector<std::string> allReduceThenCleanDestroy() {
   ddp::InProcessStore store(ddp::InProcessStoreOptions{std::chrono::seconds(60)});
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
@@ -195,6 +196,12 @@ TEST_CASE("simgpu nccl: work issued before a clean destroy completes and its Wor
     });
   }
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST_CASE("simgpu nccl: work issued before a clean destroy completes and its Work succeeds afterwards",
+          "[simgpu][nccl]") {
+  const auto errors = allReduceThenCleanDestroy();
   CHECK(errors[0] == "");
   CHECK(errors[1] == "");
 }
@@ -206,26 +213,7 @@ TEST_CASE("simgpu nccl: work issued before a clean destroy completes and its Wor
 TEST_CASE("simgpu nccl: after a clean destroy a Work whose event lags its collective still succeeds",
           "[simgpu][nccl]") {
   simgpu::test::FaultEnv lag({{"DDPRUN_SIMGPU_EVENT_LAG_MS", "50"}});
-  ddp::InProcessStore store(ddp::InProcessStoreOptions{std::chrono::seconds(60)});
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = ddp::makeCommunicator(ddp::Backend::kNccl, simgpu::test::rankEnv(r, 2), store,
-                                          simgpu::test::options());
-        DeviceArray<float> buf(std::vector<float>(4, 1.0f + r));
-        ddp::Work work = comm->allReduceAsync(buf.get(), buf.get(), 4, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
-        comm.reset();
-        work.wait();
-        expect(work.isCompleted(), "completed");
-        expect(buf.read()[0] == 3.0f, "the result is there");
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = allReduceThenCleanDestroy();
   CHECK(errors[0] == "");
   CHECK(errors[1] == "");
 }
