@@ -17,66 +17,18 @@
 #include <thread>
 
 #include "common/http2_refusal.h"
-#include "safety_bound.h"
+#include "relay_test_util.h"
 
 using ddprun::AbuseLimits;
 using ddprun::ConnectionRelay;
 using ddprun::UniqueFd;
 
-namespace {
-
-struct Pair {
-  UniqueFd test;    // the client's end, driven by the test
-  UniqueFd relay;   // given to the relay as the "client connection"
-};
-
-Pair makePair() {
-  int fds[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
-  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
-}
-
-// Blocking writes; false when the descriptor broke (checked by the caller: no REQUIRE in threads).
-bool writeAll(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-// Reads until `want` bytes came or EOF; fails the test after the safety bound.
-std::string readUpTo(int fd, std::size_t want, bool* eof = nullptr) {
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
-  while (out.size() < want) {
-    pollfd p{fd, POLLIN, 0};
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[65536];
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0) {
-      if (eof) *eof = true;
-      break;
-    }
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
-std::string frame(unsigned char type, uint32_t stream, std::size_t payload) {
-  std::string f{static_cast<char>(payload >> 16), static_cast<char>(payload >> 8), static_cast<char>(payload),
-                static_cast<char>(type), 0, static_cast<char>(stream >> 24), static_cast<char>(stream >> 16),
-                static_cast<char>(stream >> 8), static_cast<char>(stream)};
-  f.append(payload, 'p');
-  return f;
-}
-
-const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-}  // namespace
+using ddprun::test::frame;
+using ddprun::test::kPreface;
+using ddprun::test::makePair;
+using ddprun::test::Pair;
+using ddprun::test::readUpTo;
+using ddprun::test::writeAll;
 
 TEST_CASE("the relay passes bytes both ways in order, larger than its buffers, and passes half-closes",
           "[rendezvous][relay]") {

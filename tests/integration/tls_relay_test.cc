@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "netguard/connection_relay.h"
-#include "safety_bound.h"
+#include "relay_test_util.h"
 #include "tls/name_match.h"
 #include "tls/server_context.h"
 
@@ -35,6 +35,12 @@ using ddprun::RelayTls;
 using ddprun::TlsServerContext;
 using ddprun::TlsServerOptions;
 using ddprun::UniqueFd;
+using ddprun::test::frame;
+using ddprun::test::kPreface;
+using ddprun::test::makePair;
+using ddprun::test::Pair;
+using ddprun::test::readUpTo;
+using ddprun::test::writeAll;
 using namespace std::chrono_literals;
 
 namespace {
@@ -94,17 +100,6 @@ struct Pki {
   }
   ~Pki() { fs::remove_all(dir); }
 };
-
-struct Pair {
-  UniqueFd test;   // the client's end
-  UniqueFd relay;  // given to the relay
-};
-
-Pair makePair() {
-  int fds[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
-  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
-}
 
 // A blocking OpenSSL client on `fd` that trusts `ca` and offers ALPN h2 (and `cert`, for mTLS).
 struct Client {
@@ -166,50 +161,6 @@ std::shared_ptr<TlsServerContext> serverContext(const Pki& pki, const std::strin
   o.allowedNames = std::move(allowed);
   return std::make_shared<TlsServerContext>(o);
 }
-
-// Reads plaintext from gRPC's side until `want` bytes or EOF.
-std::string readUpTo(int fd, std::size_t want, bool* eof = nullptr) {
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + ddprun::test::kSafetyBound;
-  while (out.size() < want) {
-    pollfd p{fd, POLLIN, 0};
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[65536];
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0) {
-      if (eof) *eof = true;
-      break;
-    }
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
-bool writeAll(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 100);
-      continue;
-    }
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-std::string frame(unsigned char type, uint32_t stream, std::size_t payload) {
-  std::string f{static_cast<char>(payload >> 16), static_cast<char>(payload >> 8), static_cast<char>(payload),
-                static_cast<char>(type), 0, static_cast<char>(stream >> 24), static_cast<char>(stream >> 16),
-                static_cast<char>(stream >> 8), static_cast<char>(stream)};
-  f.append(payload, 'p');
-  return f;
-}
-
-const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 // Failures the relay reported (its onFailure), safe to read from the test's thread.
 struct Failures {
