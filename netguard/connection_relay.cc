@@ -397,18 +397,18 @@ class ConnectionRelay::Impl {
     }
   }
 
-  // Says why (the alert OpenSSL queued, best effort), closes, and tells the listener for its log.
+  // Says why (the alert OpenSSL queued, best effort), tells the listener for its log, then
+  // closes: told first, so that whoever sees the close finds the reason already logged.
   void tlsFailed(Relayed& r, std::string why) {  // a copy: why may be r's own, which drop() frees
     bool progress = false;
     r.tls->takeOutput(r.cipherOut.bytes);
     writeFrom(r.client, r.cipherOut, &progress);
-    const std::string address = r.address;
-    drop(r.id, false);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.tlsFailed;
     }
-    if (tls_.onFailure) tls_.onFailure(address, why);
+    if (tls_.onFailure) tls_.onFailure(r.address, why);
+    drop(r.id, false);
   }
 
   // Reads what fits into `in`; from the client, counts frames against the limits and stops at
@@ -567,10 +567,9 @@ class ConnectionRelay::Impl {
   void cutForAbuse(uint64_t id, const char* why) {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
-    const std::string address = it->second->address;
     tellCut(*it->second, why);
+    if (onAbuse_) onAbuse_(it->second->address, why);  // before the close, as in tlsFailed
     drop(id, true);
-    if (onAbuse_) onAbuse_(address, why);
   }
 
   // The client hears why before the connection ends: a GOAWAY naming the limit, after what gRPC

@@ -166,10 +166,14 @@ std::shared_ptr<TlsServerContext> serverContext(const Pki& pki, const std::strin
 struct Failures {
   std::mutex mu;
   std::vector<std::string> whys;
+  // A slow log sink: a failure must be told before its connection closes, so that whoever sees
+  // the close also finds the reason (CI once saw the EOF first).
+  std::chrono::milliseconds sinkDelay{0};
   RelayTls tls(std::shared_ptr<TlsServerContext> context) {
     RelayTls t;
     t.context = std::move(context);
     t.onFailure = [this](const std::string& address, const std::string& why) {
+      std::this_thread::sleep_for(sinkDelay);
       std::lock_guard<std::mutex> lock(mu);
       whys.push_back(address + ": " + why);
     };
@@ -298,6 +302,7 @@ TEST_CASE("TLS in the relay: mTLS lets in only a client certificate with an allo
     for (const auto* c : {&pki.nodeA, &pki.intruder}) out << std::ifstream(c->cert).rdbuf();
   }
   Failures failures;
+  failures.sinkDelay = 200ms;
   ConnectionRelay relay(AbuseLimits{}, {}, nullptr,
                         failures.tls(serverContext(pki, bundle, {"node-*.job1.example"})));
 
