@@ -5,10 +5,35 @@ connection draws from too: between the choice and the server's own bind, a test 
 this one (gRPC channels, etcd clients, thousands of HTTP/2 connections) can take it, and the server
 fails with "Address already in use" (seen under ctest -j2). Below that range only listeners live,
 and a random pick among ~20,000 ports rarely meets another test's.
+
+Rarely is not never: two tests under ctest -j2 once picked the same port, and the second's server
+lost the bind to the first's. So each pick is also reserved: an flock on a file named after the
+port, held by this process until it exits (the kernel drops it then, so no reservation outlives its
+test, whatever ends it), and skipped by every other test's pick while held.
 """
 
+import fcntl
+import os
 import random
 import socket
+import tempfile
+
+_LOCK_DIR = os.path.join(tempfile.gettempdir(), "ddprun-test-ports")
+_held = []  # open lock files: the reservations last as long as this process
+
+
+def _reserve(port):
+    """True when this process now holds `port`'s reservation (or already did)."""
+    os.makedirs(_LOCK_DIR, mode=0o777, exist_ok=True)
+    path = os.path.join(_LOCK_DIR, "%d" % port)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _held.append(fd)
+    return True
 
 
 def _ephemeral_low():
@@ -27,7 +52,7 @@ def free_ports(count, host="0.0.0.0"):
         if len(ports) == count:
             return ports
         port = random.randrange(10000, max(10001, low))
-        if port in ports:
+        if port in ports or not _reserve(port):
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
