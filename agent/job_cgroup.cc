@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/cgroup_sweep.h"
 #include "common/strings.h"
 
 namespace ddprun {
@@ -55,12 +56,18 @@ std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& name, std::strin
   std::string own = ownCgroup();
   if (own.empty() || own == "/") own.clear();
   const std::string path = mount + own + "/" + name;
-  if (::mkdir(path.c_str(), 0755) != 0) {
-    *why = "cannot create " + path + ": " + std::strerror(errno);
-    return nullptr;
+  // Owned from the start (agent/cgroup_sweep.h): another agent's watchdog may sweep stale job
+  // cgroups beside this one, and removes one only while nobody holds it.
+  UniqueFd dir;
+  for (int attempt = 0; !dir && attempt < 3; ++attempt) {
+    if (::mkdir(path.c_str(), 0755) != 0) {
+      *why = "cannot create " + path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    dir = UniqueFd(cgroup::ownJobCgroup(path));
+    if (!dir) ::rmdir(path.c_str());  // gone already when a sweep took it first; else not ours to keep
   }
   struct stat st {};
-  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   UniqueFd procs(::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
   if (::stat((path + "/cgroup.kill").c_str(), &st) != 0 || !procs || !dir) {
     *why = ::stat((path + "/cgroup.kill").c_str(), &st) != 0 ? "no cgroup.kill (Linux 5.14 or later)"

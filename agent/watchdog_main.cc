@@ -8,7 +8,6 @@
 // NS every worker is killed (groups, cgroup, marked processes) while the watchdog keeps watching:
 // a frozen agent cannot fence its workers, this separate process can.
 // It is a separate small program so that it costs little memory and shares no state with the agent.
-#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -24,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/cgroup_sweep.h"
 #include "agent/proc_tree.h"
 #include "ddprun_build_info.h"  // generated: cmake/WriteBuildInfo.cmake
 
@@ -66,23 +66,12 @@ void killCgroupMembers(const std::string& path) {
   }
 }
 
-// Removes the leaf cgroups the agent made inside the job's (agent/job_cgroup.h); a cgroup with
-// children cannot be removed.
-void removeLeaves(const std::string& path) {
-  DIR* dir = ::opendir(path.c_str());
-  if (!dir) return;
-  while (dirent* entry = ::readdir(dir)) {
-    if (entry->d_type == DT_DIR && entry->d_name[0] != '.') ::rmdir((path + "/" + entry->d_name).c_str());
-  }
-  ::closedir(dir);
-}
-
 // Ends the job's cgroup and removes it once empty.
 void killCgroup(const std::string& path) {
   killCgroupMembers(path);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (::rmdir(path.c_str()) != 0 && errno == EBUSY && std::chrono::steady_clock::now() < deadline) {
-    removeLeaves(path);
+    ddprun::cgroup::removeLeaves(path);
     if (::rmdir(path.c_str()) == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -110,6 +99,10 @@ int main(int argc, char** argv) {
   // Terminal and job-control signals are meant for the agent, which forwards them; the watchdog
   // must live until the lifeline closes.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
+
+  // Job cgroups of agents that died with their watchdogs, beside this job's: nobody else will
+  // remove them. Here, not in the agent: off the launch's path.
+  if (!cgroup.empty()) ddprun::cgroup::sweepStaleJobCgroups(cgroup);
 
   std::set<pid_t> groups;
   int64_t fenceAtNs = 0;  // 0: no fence armed

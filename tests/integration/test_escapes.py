@@ -7,6 +7,10 @@ job's workers run in a cgroup of its own that is ended with cgroup.kill and remo
 no such process survives: not after the job ends, not after SIGTERM, not after kill -9 of ddprun
 (its watchdog kills the cgroup). Without cgroup v2 these tests are skipped, with the reason; the
 README says which escapes remain there.
+
+The job cgroup itself must not outlive its job either: when the agent and its watchdog are killed
+together (kill -9 of the whole tree, the OOM killer), nobody is left to remove it, and the next
+job's watchdog on the host removes it (agent/cgroup_sweep.h).
 """
 
 import os
@@ -101,6 +105,43 @@ class EscapeTest(tl.DdprunTestCase):
             if code is not None:
                 self.assert_exit(res, code)
             self.assert_gone(tag, "ddprun's %s" % signal.Signals(sig).name)
+
+    def test_a_job_cgroup_left_by_an_agent_killed_with_its_watchdog_is_removed_by_the_next_job(self):
+        prog = self.script("ready.sh", 'touch "%s/started_$RANK"\nexec sleep 300\n' % self.tmp)
+        job = self.start(["--nproc_per_node=2", prog])
+        self.wait_for_files(["started_0", "started_1"], job=job)
+        watchdogs = [pid for pid in children_of(job.pid) if "ddprun-watchdog" in tl._cmdline(pid)]
+        self.assertEqual(len(watchdogs), 1, "the agent's watchdog among its children")
+        args = tl._read_proc("/proc/%d/cmdline" % watchdogs[0]).split(b"\0")
+        cgroup = args[args.index(b"--cgroup") + 1].decode()
+        self.assertTrue(os.path.isdir(cgroup), cgroup)
+        # The whole tree at once, as a host's OOM killer or kill -9 of every process would.
+        for pid in (watchdogs[0], job.pid):
+            os.kill(pid, signal.SIGKILL)
+        with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+            f.write("1")
+        job.wait(END_S)
+        deadline = time.monotonic() + 5
+        while "populated 1" in open(os.path.join(cgroup, "cgroup.events")).read() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(os.path.isdir(cgroup), "the case under test: nobody was left to remove it")
+
+        res = self.run_job(["--nproc_per_node=1", "/bin/true"], timeout=END_S)
+        self.assert_exit(res, 0)
+        self.assertFalse(os.path.isdir(cgroup), "the next job on the host did not remove the stale job cgroup")
+
+
+def children_of(pid):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
 
 
 if __name__ == "__main__":
