@@ -18,7 +18,11 @@
 //   steady    (--steady_seconds S) every agent only heartbeats; the daemon's CPU per second, and
 //             whether any agent was told anything (a dropped node interrupts everyone's round).
 // --distinct_sources: each agent connects from its own loopback address (127.0.0.2, .3, ...), as
-// agents on as many hosts do, instead of all from 127.0.0.1 (one NAT gateway).
+// agents on as many hosts do, instead of all from 127.0.0.1 (one NAT gateway). It implies
+// --stream_at_connect: such a channel is made from a connected socket, and gRPC 1.51 reads that
+// socket only while a call is in flight, so an idle one never reads the daemon's keepalive PING
+// acks and closes itself after the keepalive timeout (seen under a flood, which makes the
+// connect phase outlast it: a capture showed every ack sent within 0.2 ms and never read).
 // Prints one JSON object. Bounded: --timeout_s ends the run (exit 3) whatever happens; the
 // process ends with _exit, leaving the connections to the kernel. --pause_before_join_ms leaves
 // time to attach a profiler to the daemon between the connect and join phases.
@@ -536,7 +540,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--seed") o.seed = static_cast<uint32_t>(std::atol(next().c_str()));
     else if (a == "--pause_before_join_ms") o.pauseBeforeJoinMs = std::atoi(next().c_str());
     else if (a == "--token_file") o.token = ddprun::readTokenFile(next(), "--token_file");
-    else if (a == "--distinct_sources") o.distinctSources = true;
+    else if (a == "--distinct_sources") o.distinctSources = o.streamAtConnect = true;
     else if (a == "--tls_ca") o.tlsCa = next();
     else if (a == "--stream_at_connect") o.streamAtConnect = true;
     else usage(argv[0]);

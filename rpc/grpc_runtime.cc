@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <mutex>
 
 namespace ddprun {
@@ -13,7 +14,12 @@ namespace ddprun {
 void prepareGrpcRuntime() {
   static std::once_flag once;
   std::call_once(once, [] {
-    gpr_set_log_function([](gpr_log_func_args* args) { spdlog::debug("grpc: {}", args->message); });
+    // gRPC's own lines go to ddprun's log at debug level, unless the user asked gRPC for them
+    // (GRPC_VERBOSITY, as gRPC documents, e.g. with GRPC_TRACE=http_keepalive): then gRPC writes
+    // them to stderr itself, at the level asked.
+    if (std::getenv("GRPC_VERBOSITY") == nullptr) {
+      gpr_set_log_function([](gpr_log_func_args* args) { spdlog::debug("grpc: {}", args->message); });
+    }
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   });
 }
