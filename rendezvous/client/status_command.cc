@@ -133,9 +133,10 @@ int statusCommand(const std::vector<std::string>& args) {
   app.add_option("--max_nodes,--max-nodes", maxNodes, "Nodes listed per job (default 1000, at most 10000)");
   app.add_option("--timeout", timeoutSeconds, "Seconds to wait for an answer (default 10)")->check(CLI::Range(0.1, 600.0));
   TlsClientOptions tls;
-  app.add_option("--tls_ca,--tls-ca", tls.caCertFile, "grpc over TLS: the CA the server's certificate must chain to");
-  app.add_option("--tls_cert,--tls-cert", tls.certFile, "grpc over mTLS: this client's certificate");
-  app.add_option("--tls_key,--tls-key", tls.keyFile, "grpc over mTLS: its private key");
+  app.add_option("--tls_ca,--tls-ca", tls.caCertFile,
+                 "TLS (ddprun-rdzv, an agent, or etcd with protocol=https): the CA the server's certificate must chain to");
+  app.add_option("--tls_cert,--tls-cert", tls.certFile, "mTLS: this client's certificate");
+  app.add_option("--tls_key,--tls-key", tls.keyFile, "mTLS: its private key");
   EtcdStatusOptions etcd;
   app.add_option("--rdzv_prefix,--etcd_prefix", etcd.prefix, "etcd: the key prefix the job uses (default /ddprun)");
   std::vector<const char*> argv{"ddprun-rdzv status"};
@@ -163,6 +164,11 @@ int statusCommand(const std::vector<std::string>& args) {
       etcd.runId = runId;
       etcd.timeout = timeout;
       etcd.maxNodes = maxNodes;
+      // As the agents' rdzv_conf protocol=https,cacert,cert,key on the etcd backend.
+      etcd.client.tls = !tls.caCertFile.empty() || !tls.certFile.empty();
+      etcd.client.caCertFile = tls.caCertFile;
+      etcd.client.certFile = tls.certFile;
+      etcd.client.keyFile = tls.keyFile;
       reply = readEtcdStatus(etcd);
       if (reply.jobs().empty()) {
         std::cerr << "ddprun-rdzv status: error: no job '" << runId << "' in etcd under " << etcd.prefix << "\n";

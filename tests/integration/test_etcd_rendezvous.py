@@ -1,8 +1,10 @@
 """--rdzv_backend=etcd end to end, the basics: real ddprun agents on a real 3-member etcd 3.4
 cluster, as users run them (etcd_testlib). Faults: test_etcd_faults.py; budgets, scale-up and
 whole jobs: test_etcd_jobs.py. docs/etcd.md."""
+import json
 import os
 import re
+import subprocess
 import time
 
 import multinode_lib as ml
@@ -95,6 +97,31 @@ class EtcdTlsTest(EtcdTestBase):
         self.assertEqual(sorted(int(rank) for rank, _, _ in lines), [0, 1, 2, 3])
         self.assertEqual({arrived for _, arrived, _ in lines}, {"4"})
         self.assert_job_keys_gone()
+
+    def test_status_reads_the_job_over_tls_with_the_same_files(self):
+        c = self.cluster.certs
+        job = self.agent("a", "2", self.recorder(), conf=self.tls_conf())  # waits for a second node
+
+        def status(*tls):
+            cmd = [ml.RDZV, "status", "--rdzv_backend=etcd", "--rdzv_endpoint=%s" % ",".join(self.cluster.endpoints),
+                   "--rdzv_prefix=%s" % PREFIX, "--rdzv_id=%s" % self.run_id, "--timeout=5", "--json"] + list(tls)
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+        deadline = time.monotonic() + ml.SAFETY_TIMEOUT_S
+        while True:
+            r = status("--tls_ca", c["ca"], "--tls_cert", c["client_cert"], "--tls_key", c["client_key"])
+            if r.returncode == 0 and len(json.loads(r.stdout)["jobs"][0]["nodes"]) == 1:
+                break
+            self.assertLess(time.monotonic(), deadline, "status over TLS never showed the node: %s %s" % (r.stdout, r.stderr))
+            self.assertIsNone(job.poll(), job.result(job.poll()).describe())
+            time.sleep(0.1)
+        self.assertEqual(json.loads(r.stdout)["jobs"][0]["run_id"], self.run_id)
+        # Without the files: one line and a non-zero exit, not a hang.
+        plain = status()
+        self.assertNotEqual(plain.returncode, 0, plain.stdout)
+        self.assertIn("ddprun-rdzv status: error:", plain.stderr)
+        self.assertEqual(len(plain.stderr.strip().splitlines()), 1, plain.stderr)
+        job.kill()
 
     def test_without_the_client_certificate_the_agent_cannot_join(self):
         # Plain HTTP against a TLS-only cluster: the agent fails as for an unreachable rendezvous.
