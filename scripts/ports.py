@@ -8,8 +8,9 @@ and a random pick among ~20,000 ports rarely meets another test's.
 
 Rarely is not never: two tests under ctest -j2 once picked the same port, and the second's server
 lost the bind to the first's. So each pick is also reserved: an flock on a file named after the
-port, held by this process until it exits (the kernel drops it then, so no reservation outlives its
-test, whatever ends it), and skipped by every other test's pick while held.
+port (in /tmp/ddprun-test-ports), held by this process until it exits (the kernel drops it then,
+so no reservation outlives its test, whatever ends it), and skipped by every other test's pick
+while held.
 """
 
 import fcntl
@@ -18,15 +19,19 @@ import random
 import socket
 import tempfile
 
-_LOCK_DIR = os.path.join(tempfile.gettempdir(), "ddprun-test-ports")
+# One folder for every test of the machine, whatever TMPDIR each was given.
+_LOCK_DIR = os.path.join("/tmp" if os.access("/tmp", os.W_OK) else tempfile.gettempdir(), "ddprun-test-ports")
 _held = []  # open lock files: the reservations last as long as this process
 
 
 def _reserve(port):
-    """True when this process now holds `port`'s reservation (or already did)."""
-    os.makedirs(_LOCK_DIR, mode=0o777, exist_ok=True)
-    path = os.path.join(_LOCK_DIR, "%d" % port)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    """False when another live process holds `port`'s reservation; else True (this process holds
+    it now, or no reservation can be made here: then the pick is as good as before)."""
+    try:
+        os.makedirs(_LOCK_DIR, mode=0o777, exist_ok=True)
+        fd = os.open(os.path.join(_LOCK_DIR, "%d" % port), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return True  # another user's folder, a read-only /tmp: best effort
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
