@@ -210,4 +210,41 @@ TlsProbeResult probeTls(const std::string& endpoint, const TlsClientOptions& o, 
   }
 }
 
+bool speaksTls(const std::string& endpoint, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string host;
+  int port = 0;
+  try {
+    std::tie(host, port) = parseEndpoint(endpoint, 0);
+  } catch (const Error&) {
+    return false;
+  }
+  std::string why;
+  UniqueFd fd = connectBy(host, port, deadline, &why);
+  if (!fd) return false;
+  ERR_clear_error();
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  if (!ctx) return false;
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  std::unique_ptr<SSL, void (*)(SSL*)> ssl(SSL_new(ctx.get()), SSL_free);
+  if (!ssl) return false;
+  SSL_set_fd(ssl.get(), fd.get());
+  SSL_set_connect_state(ssl.get());
+  for (;;) {
+    ERR_clear_error();
+    const int rc = SSL_do_handshake(ssl.get());
+    if (rc == 1) return true;
+    const int err = SSL_get_error(ssl.get(), rc);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      pollfd p{fd.get(), static_cast<short>(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+      if (::poll(&p, 1, msLeft(deadline)) > 0) continue;
+      return false;
+    }
+    // Refused later in the handshake (TLS 1.2 and no client certificate): it sent its own first.
+    const bool answered = SSL_get0_peer_certificate(ssl.get()) != nullptr;
+    ERR_clear_error();
+    return answered;
+  }
+}
+
 }  // namespace ddprun

@@ -29,4 +29,9 @@ struct TlsProbeResult {
 // host, the server speaks plaintext, or it refused this node's certificate.
 TlsProbeResult probeTls(const std::string& endpoint, const TlsClientOptions& o, std::chrono::milliseconds timeout);
 
+// Whether the server at `endpoint` answers a TLS handshake (its certificate is not checked): for
+// a plaintext client that cannot connect, to say that the server wants TLS. False when it cannot
+// be told within `timeout`.
+bool speaksTls(const std::string& endpoint, std::chrono::milliseconds timeout);
+
 }  // namespace ddprun

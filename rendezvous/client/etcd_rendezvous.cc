@@ -25,6 +25,7 @@
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
+#include "tls/client.h"
 
 namespace ddprun {
 
@@ -94,10 +95,38 @@ class EtcdRendezvous final : public Rendezvous {
         fail(std::string("etcd refused this node's configuration: ") + e.what(), kExitUsage);
       } catch (const Error& e) {
         // etcd unreachable (no member answered within the retry timeout): an infrastructure
-        // failure; or this node stops (the client was closed): nothing to say.
-        if (!stopping_) fail(std::string("cannot join the rendezvous on etcd: ") + e.what());
+        // failure, unless this node's TLS settings and etcd's do not match (a configuration
+        // error: no retry mends it); or this node stops (the client was closed): nothing to say.
+        if (stopping_) return;
+        const std::string mismatch = tlsMismatch();
+        if (!mismatch.empty()) {
+          fail(mismatch, kExitUsage);
+        } else {
+          fail(std::string("cannot join the rendezvous on etcd: ") + e.what());
+        }
       }
     });
+  }
+
+  // Why this node's TLS settings and etcd's do not match, in one line ("" when they do, or when
+  // nothing can be told): as the gRPC backend says it (tls/client.h), asked of each member.
+  std::string tlsMismatch() const {
+    const auto& c = o_.client;
+    for (const auto& endpoint : c.endpoints) {
+      if (c.tls) {
+        TlsClientOptions tls;
+        tls.enabled = true;
+        tls.caCertFile = c.caCertFile;
+        tls.certFile = c.certFile;
+        tls.keyFile = c.keyFile;
+        const TlsProbeResult r = probeTls(endpoint, tls, std::chrono::milliseconds(2000));
+        if (r.configError) return "etcd at " + endpoint + ": " + r.why;
+      } else if (speaksTls(endpoint, std::chrono::milliseconds(1000))) {
+        return "etcd at " + endpoint + " speaks TLS: give this node --rdzv_conf protocol=https,cacert=CA.pem "
+               "(and cert=, key= where etcd asks for a client certificate)";
+      }
+    }
+    return "";
   }
 
   // Runs on the joiner thread; the threads it starts are joined by shutdown() after it.

@@ -115,6 +115,7 @@ class EscapeTest(tl.DdprunTestCase):
         args = tl._read_proc("/proc/%d/cmdline" % watchdogs[0]).split(b"\0")
         cgroup = args[args.index(b"--cgroup") + 1].decode()
         self.assertTrue(os.path.isdir(cgroup), cgroup)
+        self.addCleanup(remove_cgroup, cgroup)  # should the test fail: nothing left behind
         # The whole tree at once, as a host's OOM killer or kill -9 of every process would.
         for pid in (watchdogs[0], job.pid):
             os.kill(pid, signal.SIGKILL)
@@ -129,6 +130,21 @@ class EscapeTest(tl.DdprunTestCase):
         res = self.run_job(["--nproc_per_node=1", "/bin/true"], timeout=END_S)
         self.assert_exit(res, 0)
         self.assertFalse(os.path.isdir(cgroup), "the next job on the host did not remove the stale job cgroup")
+
+
+def remove_cgroup(path):
+    """Removes an empty cgroup and its leaves, if it is still there."""
+    if os.path.isdir(path):
+        for leaf in os.listdir(path):
+            if os.path.isdir(os.path.join(path, leaf)):
+                try:
+                    os.rmdir(os.path.join(path, leaf))
+                except OSError:
+                    pass
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
 
 def children_of(pid):

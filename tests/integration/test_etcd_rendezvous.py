@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import multinode_lib as ml
+import tls_pki
 import unittest_main
 from etcd_testlib import PREFIX, STORE_EXCHANGE, EtcdTestBase
 
@@ -78,6 +79,14 @@ class EtcdRendezvousTest(EtcdTestBase):
         self.assertIsNone(first.poll(), "the job's own node must not be affected")
 
 
+    def test_an_agent_with_protocol_https_against_a_plaintext_cluster_is_told_so_with_exit_2(self):
+        pki = tls_pki.make_pki(self.path("pki"))
+        job = self.agent("a", "1", ["/bin/true"], conf="heartbeat_timeout=2,protocol=https,cacert=%s" % pki["ca"])
+        r = job.wait(ml.SAFETY_TIMEOUT_S + 30)
+        self.assertEqual(r.returncode, 2, r.describe())
+        self.assertIn("the server does not speak TLS", r.stderr + r.stdout)
+
+
 class EtcdTlsTest(EtcdTestBase):
     """The same backend on a cluster that only speaks TLS with client certificates."""
     TLS = True
@@ -123,12 +132,20 @@ class EtcdTlsTest(EtcdTestBase):
         self.assertEqual(len(plain.stderr.strip().splitlines()), 1, plain.stderr)
         job.kill()
 
-    def test_without_the_client_certificate_the_agent_cannot_join(self):
-        # Plain HTTP against a TLS-only cluster: the agent fails as for an unreachable rendezvous.
-        job = self.agent("a", "1", ["/bin/true"], conf="heartbeat_timeout=2")
-        r = job.wait(ml.SAFETY_TIMEOUT_S + 30)
-        self.assertEqual(r.returncode, ml.EXIT_INFRASTRUCTURE, r.describe())
-        self.assertIn("cannot join the rendezvous on etcd", r.stderr + r.stdout)
+    def test_a_plaintext_agent_or_one_without_its_certificate_is_told_so_with_exit_2(self):
+        # Plain HTTP against a TLS-only cluster, then TLS without the client certificate it asks
+        # for: configuration errors (a scheduler must not retry them), each said in one line, after
+        # the etcd client's retry budget (5 s at heartbeat_timeout=2), as the gRPC backend says them.
+        c = self.cluster.certs
+        cases = [("heartbeat_timeout=2", "speaks TLS: give this node --rdzv_conf protocol=https,cacert=CA.pem"),
+                 ("heartbeat_timeout=2,protocol=https,cacert=%s" % c["ca"], "the server requires a client certificate")]
+        for conf, says in cases:
+            with self.subTest(conf=conf):
+                job = self.agent("a", "1", ["/bin/true"], conf=conf)
+                r = job.wait(ml.SAFETY_TIMEOUT_S + 30)
+                self.assertEqual(r.returncode, 2, r.describe())
+                self.assertIn(says, r.stderr + r.stdout)
+                self.assertIn("etcd at 127.0.0.1:", r.stderr + r.stdout)
 
 
 if __name__ == "__main__":
