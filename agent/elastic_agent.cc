@@ -202,6 +202,7 @@ class ElasticAgent::Impl {
     dumping_.clear();
     stacks_.clear();
     diagnosis_.clear();
+    recorderAttributed_ = false;
     std::vector<WorkerSpec> specs;
     const FilteredLogs filtered = openFilteredLogs(round);
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
@@ -466,6 +467,7 @@ class ElasticAgent::Impl {
     // SDK ranks: the flight recorder knows which rank is behind; the first to go silent may be
     // one that waits for it. Blame the one behind when it is here and still runs.
     const std::vector<int> behind = attributeFromFlightRecorders();
+    recorderAttributed_ = !behind.empty();
     if (behind.size() == 1 && behind[0] != exit.rank) {
       const int localRank = behind[0] - currentRound_.rankOffset;
       if (localRank >= 0 && localRank < options_.nprocPerNode && group_->running(localRank)) {
@@ -545,6 +547,22 @@ class ElasticAgent::Impl {
       }
     }
     dumping_.clear();
+    attributeFromStacks();
+  }
+
+  // Python ranks: the first to go silent may be one that waits for the rank behind (it beat
+  // last just before entering the collective). Their stacks, now taken, can tell which is behind
+  // (agent/hang_attribution.h); the verdict already given stands, and the report says so.
+  void attributeFromStacks() {
+    if (!firstFailure_ || firstFailure_->hangNote.empty() || recorderAttributed_) return;
+    std::vector<RankStackLines> ranks;
+    for (const auto& stack : stacks_) ranks.push_back(RankStackLines{stack.rank, stack.lines});
+    const HangAttribution found = ddprun::attributeFromStacks(ranks);
+    if (found.behind.size() != 1 || found.behind[0] == firstFailure_->rank) return;
+    const std::string text = "stacks: " + found.line + " (rank " + std::to_string(firstFailure_->rank) +
+                             ", the first to go silent, waits for it)";
+    spdlog::warn("{}", text);
+    diagnosis_ = diagnosis_.empty() ? text : diagnosis_ + "\n" + text;
   }
 
   void onWorkerFailed(const WorkerExit& exit) {
@@ -758,6 +776,7 @@ class ElasticAgent::Impl {
   std::set<int> dumping_;  // local ranks sent SIGABRT whose dump is awaited
   std::vector<FailureReportInput::RankStack> stacks_;
   std::string diagnosis_;
+  bool recorderAttributed_ = false;  // this attempt's hang was attributed by the flight recorders
   std::optional<FailureReportInput> lastFailure_;
   std::optional<JobOutcome> jobClosed_;
   std::string closeReason_;

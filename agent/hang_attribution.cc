@@ -140,4 +140,34 @@ std::string describeRecent(const RankCollectives& rank, std::size_t n) {
   return out;
 }
 
+namespace {
+
+// A frame of torch's collectives (faulthandler: `  File "/.../torch/distributed/distributed_c10d.py",
+// line 1436 in all_reduce`): the rank waits there for the others.
+bool inCollective(const std::vector<std::string>& lines) {
+  for (const auto& line : lines) {
+    if (line.find("/torch/distributed/") != std::string::npos ||
+        line.find("/torch/nn/parallel/distributed.py") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+HangAttribution attributeFromStacks(const std::vector<RankStackLines>& stacks) {
+  std::vector<int> outside, waiting;
+  for (const auto& s : stacks) {
+    if (s.lines.empty()) continue;
+    (inCollective(s.lines) ? waiting : outside).push_back(s.rank);
+  }
+  if (outside.size() != 1 || waiting.empty()) return {};
+  std::sort(waiting.begin(), waiting.end());
+  return {"rank " + std::to_string(outside[0]) + " is outside every torch.distributed call while " + listRanks(waiting) +
+              (waiting.size() == 1 ? " waits" : " wait") + " in one: rank " + std::to_string(outside[0]) +
+              " is the one behind",
+          outside};
+}
+
 }  // namespace ddprun

@@ -37,4 +37,16 @@ HangAttribution attributeHang(const std::vector<RankCollectives>& ranks);
 // "rank 2: #1023 all_reduce 4.0 MB completed, #1024 all_reduce 4.0 MB started": the last `n`.
 std::string describeRecent(const RankCollectives& rank, std::size_t n = 4);
 
+// Python ranks (no flight recorder): their stacks, dumped by faulthandler while they hang. A rank
+// whose stack is inside a torch.distributed call (or DDP's) waits for the others; when exactly one
+// rank's stack is outside any while others wait, that rank is the one behind ("rank 1 is outside
+// every torch.distributed call while rank 0 waits in one"). On NCCL a rank that waits does so in
+// the stream's synchronisation, in its own code (`.item()`), where nothing can be told: then
+// `line` is empty, as when the stacks agree.
+struct RankStackLines {
+  int rank = 0;
+  std::vector<std::string> lines;  // the dump; empty: none was taken
+};
+HangAttribution attributeFromStacks(const std::vector<RankStackLines>& stacks);
+
 }  // namespace ddprun

@@ -49,6 +49,31 @@ for step in range(60):
         stuck_after_warm_up()
 '''
 
+# Rank 1 stalls before step 5's all_reduce; rank 0 enters it and waits (gloo: inside
+# torch.distributed). Rank 1 beats step 5 a little later than rank 0, so rank 0 is the first to go
+# silent: the rank the heartbeats name, though it is rank 1 that holds the job back.
+BEHIND_ON_GLOO = r'''
+import os, time
+import torch
+import torch.distributed as dist
+import ddprun
+
+def stuck_before_all_reduce():
+    time.sleep(600)
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(4)
+for step in range(10):
+    if rank == 1 and step == 5:
+        time.sleep(0.5)
+        ddprun.report_step(step)
+        stuck_before_all_reduce()
+    ddprun.report_step(step)
+    dist.all_reduce(t)
+    time.sleep(0.02)
+'''
+
 
 class Listener:
     """An abstract unix datagram socket standing in for the agent's."""
@@ -231,6 +256,20 @@ class PythonApiTest(DdprunTestCase):
         self.assertIn("(bound 3.0s, learned by --hang_timeout=auto)", res.stderr, out)
         self.assertIn("stuck_after_warm_up", res.stderr, out)  # the stack of the hung rank
         self.assertLess(res.elapsed, 60, out)
+
+    def test_the_stacks_name_the_rank_behind_when_the_first_silent_rank_waits_for_it(self):
+        probe = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            self.skipTest("PyTorch is not installed for %s (%s)" % (PYTHON, probe.stderr.strip().splitlines()[-1:]))
+        prog = self.write_file("behind.py", BEHIND_ON_GLOO)
+        res = self.run_job(["--standalone", "--nproc_per_node=2", "--hang_timeout=2", PYTHON, prog],
+                           why="rank 1 sleeps 600 s unless --hang_timeout=2 catches the job")
+        self.assert_exit(res, 124)
+        out = res.describe()
+        self.assertIn("worker rank 0 (local_rank 0", res.stderr, out)  # the first to go silent
+        self.assertIn("stacks: rank 1 is outside every torch.distributed call while rank 0 waits in one: "
+                      "rank 1 is the one behind (rank 0, the first to go silent, waits for it)", res.stderr, out)
+        self.assertIn("stuck_before_all_reduce", res.stderr, out)
 
 
 if __name__ == "__main__":

@@ -71,3 +71,29 @@ TEST_CASE("attribution: all in it, all done, or nothing recorded", "[agent][hang
   CHECK(ddprun::describeRecent(rankWith(0, 5, false), 2) ==
         "rank 0: #4 all_reduce 4.0 KB completed, #5 all_reduce 4.0 KB started");
 }
+
+TEST_CASE("stacks: the one rank outside torch.distributed while the others wait in it is behind", "[agent][hang]") {
+  using ddprun::attributeFromStacks;
+  using ddprun::RankStackLines;
+  const std::vector<std::string> waiting = {
+      "Thread 0x00007f0000000000 (most recent call first):",
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1436 in all_reduce",
+      "  File \"/tmp/train.py\", line 12 in <module>"};
+  const std::vector<std::string> sleeping = {"Thread 0x00007f0000000001 (most recent call first):",
+                                             "  File \"/tmp/train.py\", line 8 in load_batch",
+                                             "  File \"/tmp/train.py\", line 11 in <module>"};
+  const std::vector<std::string> inDdp = {
+      "  File \"/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py\", line 1040 in forward"};
+
+  auto one = attributeFromStacks({{0, waiting}, {1, sleeping}, {2, inDdp}});
+  CHECK(one.behind == std::vector<int>{1});
+  CHECK(one.line == "rank 1 is outside every torch.distributed call while ranks 0, 2 wait in one: rank 1 is the one behind");
+  // Nothing to tell: all wait (the one behind is on another node), two outside (NCCL: both in
+  // their own code), no dump at all, or the only dump outside with none waiting.
+  CHECK(attributeFromStacks({{0, waiting}, {1, waiting}}).line.empty());
+  CHECK(attributeFromStacks({{0, sleeping}, {1, sleeping}, {2, waiting}}).behind.empty());
+  CHECK(attributeFromStacks({{0, {}}, {1, sleeping}}).line.empty());
+  CHECK(attributeFromStacks({}).line.empty());
+  // A rank without a dump neither waits nor is behind.
+  CHECK(attributeFromStacks({{0, waiting}, {1, {}}, {2, sleeping}}).behind == std::vector<int>{2});
+}
