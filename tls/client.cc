@@ -67,6 +67,19 @@ UniqueFd connectBy(const std::string& host, int port, Clock::time_point deadline
   return fd;
 }
 
+// HOST:PORT parsed and connected (*host: the host, for the certificate's name); an invalid
+// fd with *why when it cannot be.
+UniqueFd connectTo(const std::string& endpoint, Clock::time_point deadline, std::string* host, std::string* why) {
+  int port = 0;
+  try {
+    std::tie(*host, port) = parseEndpoint(endpoint, 0);
+  } catch (const Error& e) {
+    *why = e.what();
+    return UniqueFd();
+  }
+  return connectBy(*host, port, deadline, why);
+}
+
 // What a failed verification of the server's certificate means for the user.
 std::string describeVerify(long result, const std::string& host, const TlsClientOptions& o) {
   switch (result) {
@@ -118,14 +131,7 @@ TlsProbeResult probeTls(const std::string& endpoint, const TlsClientOptions& o, 
   TlsProbeResult r;
   const auto deadline = Clock::now() + timeout;
   std::string host;
-  int port = 0;
-  try {
-    std::tie(host, port) = parseEndpoint(endpoint, 0);
-  } catch (const Error& e) {
-    r.why = e.what();
-    return r;
-  }
-  UniqueFd fd = connectBy(host, port, deadline, &r.why);
+  UniqueFd fd = connectTo(endpoint, deadline, &host, &r.why);
   if (!fd) return r;  // not a TLS matter: the plaintext probe says more
 
   ERR_clear_error();
@@ -212,15 +218,8 @@ TlsProbeResult probeTls(const std::string& endpoint, const TlsClientOptions& o, 
 
 bool speaksTls(const std::string& endpoint, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  std::string host;
-  int port = 0;
-  try {
-    std::tie(host, port) = parseEndpoint(endpoint, 0);
-  } catch (const Error&) {
-    return false;
-  }
-  std::string why;
-  UniqueFd fd = connectBy(host, port, deadline, &why);
+  std::string host, why;
+  UniqueFd fd = connectTo(endpoint, deadline, &host, &why);
   if (!fd) return false;
   ERR_clear_error();
   std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
