@@ -85,6 +85,7 @@ class StoreService final : public v1::Store::CallbackService {
   // A session reaches the store, the options and the timer through its service, and leaves the
   // registry that shutdown() ends sessions from.
   friend class StoreSession;
+  friend class StoreRequestHandler;
 
   struct WaitCall;  // one Get or Wait in flight (store_service.cc)
 

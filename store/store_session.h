@@ -1,15 +1,14 @@
 // One Session stream of the Store service: a client's long-lived stream that carries all its
 // operations, so that each costs one message each way instead of a whole unary call.
 //
-// Requests are read one at a time. Quick operations run inline in OnReadDone; a Get or Wait that
-// must wait registers the RunScopedStore's asynchronous wait (never blocking a gRPC thread) and
-// answers from its callback, from the service's timer at its timeout, or not at all when the
-// session ends first. Responses carry the request's id and may go out of order; one write is in
+// Requests are read one at a time and run by a StoreRequestHandler (quick ones inline in
+// OnReadDone; a Get or Wait that must wait answers later, from the store's callback or the
+// service's timer, or not at all when the session ends first). Responses carry the request's id and may go out of order; one write is in
 // flight at a time, the rest queue. Reading pauses while the queue is long, so that a client that
 // sends without reading stalls on flow control instead of growing the queue.
 //
-// Lifetime: owned by shared_ptr (the reactor itself, until OnDone, and every pending wait's
-// callback), because a store callback may run on another thread while the stream ends.
+// Lifetime: owned by shared_ptr (the reactor itself, until OnDone); the handler's late answers
+// find it through a weak_ptr.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -26,6 +25,7 @@
 
 #include "ddprun/v1/store.pb.h"
 #include "store/run_scoped_store.h"
+#include "store/store_request_handler.h"
 
 namespace ddprun {
 
@@ -50,36 +50,17 @@ class StoreSession final : public grpc::ServerBidiReactor<v1::StoreRequest, v1::
   void OnDone() override;
 
  private:
-  // A Get or Wait waiting for its keys.
-  struct PendingWait {
-    uint64_t requestId = 0;
-    bool isGet = false;
-    StoreScope scope;
-    std::vector<std::string> keys;
-    uint32_t timeoutMs = 0;
-    RunScopedStore::TimePoint deadline;
-    std::optional<RunScopedStore::WaitId> waitId;  // unset until waitAsync returned
-  };
-
-  void handle(v1::StoreRequest& request);
-  // A Get or Wait: answered at once when its keys exist or it may not wait, else registered.
-  void handleBlocking(v1::StoreRequest& request);
-  // Fills a satisfied wait's result; false when a key vanished again and it must wait on.
-  bool fillSatisfied(const PendingWait& wait, v1::StoreResponse& response) const;
-  void addPending(PendingWait wait);
-  void arm(uint64_t slot, const PendingWait& wait);
-  void waitDone(uint64_t slot, bool satisfied);
-  void respond(v1::StoreResponse response, const grpc::Status& status);
+  // An answer from the handler, on any thread: queued, and written when no write is in flight.
+  void queueResponse(v1::StoreResponse response);
 
   // The rest run under mutex_.
   void startWriteLocked();
   void finishLocked(const grpc::Status& status);
   void finishIfIdleLocked();
-  // Takes every armed wait out of pending_, for the caller to cancel after unlocking.
-  std::vector<RunScopedStore::WaitId> takeArmedLocked();
   bool queueFullLocked() const;
 
   StoreService& service_;
+  std::shared_ptr<StoreRequestHandler> handler_;  // set in start()
   std::shared_ptr<StoreSession> self_;  // released in OnDone
   v1::StoreRequest request_;            // the read in flight fills it; handled before the next read
 
@@ -92,8 +73,6 @@ class StoreSession final : public grpc::ServerBidiReactor<v1::StoreRequest, v1::
   bool ending_ = false;      // no request is handled any more
   bool finished_ = false;    // Finish was called
   std::optional<grpc::Status> finishAfterWrite_;
-  std::unordered_map<uint64_t, PendingWait> pending_;  // by slot, a number of ours
-  uint64_t nextSlot_ = 1;
 };
 
 }  // namespace ddprun

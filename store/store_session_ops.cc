@@ -102,6 +102,9 @@ grpc::Status runQuickOp(RunScopedStore& store, const StoreServiceOptions& option
       response.mutable_delete_key()->set_deleted(store.deleteKey(toScope(r.scope()), r.key()));
       return grpc::Status::OK;
     }
+    case v1::StoreRequest::kPing:
+      response.mutable_ping();
+      return grpc::Status::OK;
     case v1::StoreRequest::kNumKeys: {
       const auto& r = request.num_keys();
       if (auto s = roundStatus(options, r.scope()); !s.ok()) return s;

@@ -1,0 +1,78 @@
+// The operations of one client connection to the store, whatever carries them: a gRPC Session
+// stream (store_session.h) or a connection in the store's own framing (store_wire_server.h).
+//
+// Quick operations answer inside handle(); a Get or Wait whose keys are missing registers the
+// RunScopedStore's asynchronous wait (never blocking the caller's thread) and answers from its
+// callback, from the service's timer at its timeout, or not at all once end() was called. Every
+// answer goes to the `respond` sink given at construction, with no lock of the handler held; it
+// may run on any thread (the caller of handle(), a store callback, the timer).
+//
+// Lifetime: owned by shared_ptr, because a pending wait's callback may run on another thread
+// while the connection ends; construct with std::make_shared.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ddprun/v1/store.pb.h"
+#include "store/run_scoped_store.h"
+
+namespace grpc {
+class Status;
+}
+
+namespace ddprun {
+
+class StoreService;
+
+class StoreRequestHandler : public std::enable_shared_from_this<StoreRequestHandler> {
+ public:
+  using Respond = std::function<void(v1::StoreResponse&& response)>;
+
+  StoreRequestHandler(StoreService& service, Respond respond);
+
+  // Runs `request` (its values are moved out); its answer goes to the sink, now or later.
+  void handle(v1::StoreRequest& request);
+  // Forgets every pending wait (cancelled in the store) and drops every later answer. Idempotent.
+  void end();
+  // Whether no Get or Wait is waiting.
+  bool idle() const;
+
+ private:
+  // A Get or Wait waiting for its keys.
+  struct PendingWait {
+    uint64_t requestId = 0;
+    bool isGet = false;
+    StoreScope scope;
+    std::vector<std::string> keys;
+    uint32_t timeoutMs = 0;
+    RunScopedStore::TimePoint deadline;
+    std::optional<RunScopedStore::WaitId> waitId;  // unset until waitAsync returned
+  };
+
+  // A Get or Wait: answered at once when its keys exist or it may not wait, else registered.
+  void handleBlocking(v1::StoreRequest& request);
+  // Fills a satisfied wait's result; false when a key vanished again and it must wait on.
+  bool fillSatisfied(const PendingWait& wait, v1::StoreResponse& response) const;
+  void addPending(PendingWait wait);
+  void waitDone(uint64_t slot, bool satisfied);
+  void respond(v1::StoreResponse response, const grpc::Status& status);
+  // Takes every armed wait out of pending_, for the caller to cancel after unlocking.
+  std::vector<RunScopedStore::WaitId> takeArmedLocked();
+
+  StoreService& service_;
+  const Respond respond_;
+  mutable std::mutex mutex_;
+  bool ending_ = false;
+  std::unordered_map<uint64_t, PendingWait> pending_;  // by slot, a number of ours
+  uint64_t nextSlot_ = 1;
+};
+
+}  // namespace ddprun
