@@ -443,7 +443,19 @@ class ConnectionListener::Impl {
       } else {
         char buf[kPrefaceBytes];
         ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
-        if (n >= static_cast<ssize_t>(kPrefaceBytes)) return handOver(takePending(it), now);
+        const std::string& magic = options_.sideProtocol.magic;
+        if (!magic.empty() && n > 0 &&
+            std::memcmp(buf, magic.data(), std::min(static_cast<std::size_t>(n), magic.size())) == 0) {
+          if (static_cast<std::size_t>(n) >= magic.size()) {
+            Pending taken = takePending(it);
+            count(&ConnectionListenerStats::handedToSide);
+            options_.sideProtocol.accept(std::move(taken.fd), taken.address);
+            return;
+          }
+          // Part of the magic: wait for the rest below.
+        } else if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
+          return handOver(takePending(it), now);
+        }
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           return closeSilent(it, "it closed before sending the HTTP/2 preface", now);
         }
@@ -616,5 +628,6 @@ std::string ConnectionListener::peerAddress(const std::string& grpcPeer) const {
 bool ConnectionListener::admitCall(const std::string& grpcPeer, bool authenticated) {
   return impl_->admitCall(grpcPeer, authenticated);
 }
+void ConnectionListener::penalize(const std::string& address, const std::string& why) { impl_->penalize(address, why); }
 
 }  // namespace ddprun

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "common/unique_fd.h"
 #include "netguard/abuse_guard.h"
 #include "tls/server_context.h"
 
@@ -50,6 +52,13 @@ struct ConnectionListenerOptions {
   // TLS (a GOAWAY with tls/client.h's kTlsRequiredReason). The handshake must end within
   // handshakeTimeout. Null: plaintext.
   std::shared_ptr<TlsServerContext> tls;
+  // A second protocol on the same port, told apart by its first bytes: a connection that opens
+  // with `magic` (never the HTTP/2 preface's start) goes to `accept` instead of gRPC, with the
+  // bytes unread (the store's own framing, store/store_wire.h). Not with TLS. Empty magic: none.
+  struct SideProtocol {
+    std::string magic;
+    std::function<void(UniqueFd fd, const std::string& address)> accept;
+  } sideProtocol;
 };
 
 struct ConnectionListenerStats {
@@ -62,6 +71,7 @@ struct ConnectionListenerStats {
   uint64_t relayCutForAbuse = 0;  // relayed connections cut for their frames (streams, control)
   uint64_t open = 0;              // connections handed to gRPC and not closed yet (a gauge)
   uint64_t tlsFailed = 0;         // TLS handshakes that failed or timed out, and plaintext clients
+  uint64_t handedToSide = 0;      // to the side protocol (ConnectionListenerOptions::sideProtocol)
 };
 
 class ConnectionListener {
@@ -88,6 +98,9 @@ class ConnectionListener {
   // for a while, and false is returned: the caller finishes the call at once. Unknown peers (not
   // from this listener) are admitted.
   bool admitCall(const std::string& grpcPeer, bool authenticated);
+  // `address` broke the limits on a connection served elsewhere (the side protocol): refuse it
+  // for a while, as after a call over the limits, and say so.
+  void penalize(const std::string& address, const std::string& why);
 
   class Impl;
 

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <limits>
 
 #include "common/error.h"
@@ -10,6 +12,7 @@
 #include "rpc/grpc_util.h"
 #include "store/store_limits.h"
 #include "store/store_session_client.h"
+#include "store/store_wire_client.h"
 
 namespace ddprun {
 
@@ -34,10 +37,24 @@ uint32_t toTimeoutMs(milliseconds timeout) {
 
 class StoreClient::Impl {
  public:
-  explicit Impl(StoreClientOptions o)
-      : options(std::move(o)),
-        session(detail::StoreSessionClientOptions{options.address, options.token, options.connectTimeout},
-                makeChannel(options.address, options.keepalive, options.tls)) {}
+  explicit Impl(StoreClientOptions o) : options(std::move(o)) {
+    if (useWire(options)) {
+      wire = std::make_unique<detail::StoreWireClient>(detail::StoreWireClientOptions{
+          options.address, options.token, options.connectTimeout, options.keepalive});
+      if (wire->opened() == detail::StoreWireClient::Opened::kNotWire) wire.reset();
+    }
+    if (!wire) {
+      session = std::make_unique<detail::StoreSessionClient>(
+          detail::StoreSessionClientOptions{options.address, options.token, options.connectTimeout},
+          makeChannel(options.address, options.keepalive, options.tls));
+    }
+  }
+
+  static bool useWire(const StoreClientOptions& o) {
+    if (o.tls.enabled || o.transport == StoreClientOptions::Transport::kGrpc) return false;
+    const char* forced = std::getenv("DDPRUN_STORE_TRANSPORT");
+    return !(forced && std::string_view(forced) == "grpc");
+  }
 
   void fillScope(v1::Scope* scope) const {
     scope->set_run_id(options.runId);
@@ -49,7 +66,7 @@ class StoreClient::Impl {
   v1::StoreResponse run(v1::StoreRequest& request, milliseconds wait, const std::string& what) {
     const auto deadline =
         std::chrono::steady_clock::now() + std::max(wait, milliseconds(0)) + kDeadlineMargin;
-    v1::StoreResponse response = session.call(request, deadline);
+    v1::StoreResponse response = wire ? wire->call(request, deadline) : session->call(request, deadline);
     if (response.has_status() && response.status().code() != 0) {
       check(grpc::Status(static_cast<grpc::StatusCode>(response.status().code()),
                          response.status().message()),
@@ -82,7 +99,8 @@ class StoreClient::Impl {
   }
 
   StoreClientOptions options;
-  detail::StoreSessionClient session;
+  std::unique_ptr<detail::StoreWireClient> wire;          // one of the two
+  std::unique_ptr<detail::StoreSessionClient> session;
 };
 
 StoreClient::StoreClient(StoreClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

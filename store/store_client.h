@@ -2,8 +2,10 @@
 // get and wait block up to a timeout. Every call stays inside one job's run id and round, so keys
 // of another round are invisible. The worker SDK includes this header, so it names no gRPC type.
 //
-// Every call goes over one long-lived stream per client (the store's Session RPC), reopened after
-// it breaks. Thread-safe: one client may serve many threads, whose calls pipeline on the stream.
+// Every call goes over one long-lived connection per client, reopened after it breaks: in the
+// store's own framing (store_wire.h) where the server speaks it and no TLS is asked for, else the
+// store's gRPC Session stream. DDPRUN_STORE_TRANSPORT=grpc in the environment (or `transport`)
+// forces the Session stream. Thread-safe: one client may serve many threads, whose calls pipeline on the stream.
 // Every call has a deadline of its timeout plus a margin. Errors are exceptions from
 // common/error.h: TimeoutError (the message names the missing keys, or the call whose deadline
 // passed), ConnectionError (unreachable, shut down, the stream broke under the call, or "invalid
@@ -37,6 +39,9 @@ struct StoreClientOptions {
   std::chrono::milliseconds keepalive{30000};
   // TLS to the store (the rendezvous server's port): DDPRUN_STORE_TLS* for workers.
   TlsClientOptions tls{};
+  // kAuto: the store's own framing when the server speaks it and TLS is off (unless
+  // DDPRUN_STORE_TRANSPORT=grpc), else the gRPC Session stream. kGrpc: always the Session stream.
+  enum class Transport { kAuto, kGrpc } transport = Transport::kAuto;
 };
 
 class StoreClient {

@@ -171,6 +171,10 @@ grpc::Status StoreService::checkCaller(grpc::CallbackServerContext* context) con
   return status;
 }
 
+bool StoreService::acceptsToken(std::string_view token) const {
+  return options_.token.empty() || constantTimeEquals(token, options_.token);
+}
+
 grpc::Status StoreService::tokenStatus(grpc::CallbackServerContext* context) const {
   if (!tokenAuthorized(*context, options_.token)) {
     // Never log the token itself, not even the wrong one: it may be a near miss.

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -53,6 +54,10 @@ class StoreService final : public v1::Store::CallbackService {
 
   // The store behind the service, for its owner: drop rounds that are over, runs that ended.
   RunScopedStore& store() { return store_; }
+
+  // Whether `token` is the job token (any is, when the service has none): for connections that
+  // carry it once, in their own framing (store_wire_server.h). Constant time.
+  bool acceptsToken(std::string_view token) const;
 
   // Fails pending Get/Wait calls and every later call with UNAVAILABLE, ends every Session stream
   // (UNAVAILABLE), and stops the timer thread. Idempotent; the destructor calls it.

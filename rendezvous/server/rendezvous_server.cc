@@ -28,6 +28,8 @@
 #include "rendezvous/server/daemon_metrics.h"
 #include "rendezvous/server/rendezvous_service.h"
 #include "store/store_service.h"
+#include "store/store_wire.h"
+#include "store/store_wire_server.h"
 
 namespace ddprun {
 namespace {
@@ -63,6 +65,13 @@ class RendezvousServer::Impl {
       throw ConfigError("TLS needs the connection guard, which terminates it: leave --connection_guard on");
     }
     listen.tls = options_.tls;
+    // The workers' store in its own framing, on the same port (store/store_wire.h); plaintext only.
+    if (!options_.tls) {
+      listen.sideProtocol.magic = std::string(storewire::kMagic);
+      listen.sideProtocol.accept = [this](UniqueFd fd, const std::string& address) {
+        storeWire_->adopt(std::move(fd), address);
+      };
+    }
     listener_ = std::make_unique<ConnectionListener>(listen);
     spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter)",
                   listen.relay ? "on" : "off");
@@ -99,6 +108,10 @@ class RendezvousServer::Impl {
       return listener_->admitCall(grpcPeer, authenticated);
     };
     store_ = std::make_unique<StoreService>(std::move(store), options_.storeLimits);
+    StoreWireServerOptions wire;
+    if (options_.handshakeTimeout.count() > 0) wire.helloTimeout = options_.handshakeTimeout;
+    wire.onAbuse = [this](const std::string& address, const std::string& why) { listener_->penalize(address, why); };
+    storeWire_ = std::make_unique<StoreWireServer>(*store_, std::move(wire));
     grpc::ServerBuilder builder;
     if (options_.idleTimeout.count() > 0) {
       builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
@@ -151,6 +164,7 @@ class RendezvousServer::Impl {
     listener_->stop();
     rendezvous_->shutdown();
     store_->shutdown();
+    storeWire_->stop();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
     server_->Wait();
     server_.reset();
@@ -194,6 +208,7 @@ class RendezvousServer::Impl {
   bool stopping_ = false;
   std::unique_ptr<RendezvousService> rendezvous_;
   std::unique_ptr<StoreService> store_;
+  std::unique_ptr<StoreWireServer> storeWire_;  // before store_ goes
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -1,0 +1,58 @@
+#include "store/store_wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ddprun::storewire {
+
+void appendFrame(std::string& out, const google::protobuf::MessageLite& message) {
+  const std::size_t size = message.ByteSizeLong();
+  const std::size_t at = out.size();
+  out.resize(at + kHeaderBytes + size);
+  auto* p = reinterpret_cast<unsigned char*>(out.data() + at);
+  p[0] = static_cast<unsigned char>(size >> 24);
+  p[1] = static_cast<unsigned char>(size >> 16);
+  p[2] = static_cast<unsigned char>(size >> 8);
+  p[3] = static_cast<unsigned char>(size);
+  message.SerializeWithCachedSizesToArray(p + kHeaderBytes);
+}
+
+char* FrameReader::room(std::size_t want) {
+  constexpr std::size_t kKeptBytes = 1 << 20;
+  if (begin_ == end_) {
+    begin_ = end_ = 0;
+    // After a large value: give its memory back rather than hold it for the connection's life.
+    if (buf_.size() > kKeptBytes && want <= kKeptBytes) std::string().swap(buf_);
+  }
+  if (buf_.size() - end_ < want) {
+    // Move what is left to the front first: a buffer that only grew would keep the largest
+    // frame's size for good.
+    if (begin_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (buf_.size() - end_ < want) buf_.resize(end_ + want);
+  }
+  return buf_.data() + end_;
+}
+
+std::string_view FrameReader::take(std::size_t n) {
+  n = std::min(n, buffered());
+  std::string_view out(buf_.data() + begin_, n);
+  begin_ += n;
+  return out;
+}
+
+FrameReader::Next FrameReader::next(std::string_view& payload) {
+  if (buffered() < kHeaderBytes) return Next::kNeedMore;
+  const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + begin_);
+  const std::size_t size = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
+  if (size > max_) return Next::kTooLarge;
+  if (buffered() < kHeaderBytes + size) return Next::kNeedMore;
+  payload = std::string_view(buf_.data() + begin_ + kHeaderBytes, size);
+  begin_ += kHeaderBytes + size;
+  return Next::kFrame;
+}
+
+}  // namespace ddprun::storewire
