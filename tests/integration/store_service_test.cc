@@ -20,7 +20,11 @@
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rpc/grpc_util.h"
 #include "store/store_client.h"
+#include "common/net.h"
+#include "netguard/connection_listener.h"
 #include "store/store_service.h"
+#include "store/store_wire.h"
+#include "store/store_wire_server.h"
 #include "safety_bound.h"
 
 using namespace std::chrono_literals;
@@ -30,23 +34,48 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+// How the test server serves the store: gRPC alone (a client falls back to the Session stream),
+// or behind the rendezvous server's front door, which hands the store's own framing
+// (store/store_wire.h) to a StoreWireServer and HTTP/2 to gRPC. Every case below runs with both.
+enum class Serve { kGrpc, kFrontDoor };
+#define SERVE_BOTH()                                                \
+  const Serve serve = GENERATE(Serve::kGrpc, Serve::kFrontDoor); \
+  INFO("served by " << (serve == Serve::kGrpc ? "gRPC alone" : "the front door (store wire)"))
+
 // A real server with the service on it; stopped, as a user of the service must, by failing the
 // pending waits first and then shutting the server down.
 struct TestServer {
-  explicit TestServer(ddprun::StoreServiceOptions options = {}, std::string address = "127.0.0.1:0")
+  explicit TestServer(ddprun::StoreServiceOptions options = {}, std::string address = "127.0.0.1:0",
+                      Serve serve = Serve::kGrpc)
       : service(std::move(options)) {
     grpc::ServerBuilder builder;
     ddprun::applyServerDefaults(builder);
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    if (serve == Serve::kGrpc) builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
     REQUIRE(server != nullptr);
+    if (serve == Serve::kFrontDoor) {
+      wire = std::make_unique<ddprun::StoreWireServer>(service, ddprun::StoreWireServerOptions{});
+      const auto [host, p] = ddprun::parseEndpoint(address, 0);
+      ddprun::ConnectionListenerOptions listen;
+      listen.host = host;
+      listen.port = p;
+      listen.sideProtocol.magic = std::string(ddprun::storewire::kMagic);
+      listen.sideProtocol.accept = [this](ddprun::UniqueFd fd, const std::string& from) {
+        wire->adopt(std::move(fd), from);
+      };
+      listener = std::make_unique<ddprun::ConnectionListener>(listen);
+      port = listener->port();
+      listener->start(server.get());
+    }
     REQUIRE(port > 0);
   }
   ~TestServer() { stop(); }
   void stop() {
     if (!server) return;
+    if (listener) listener->stop();
     service.shutdown();
+    if (wire) wire->stop();
     server->Shutdown();
     server.reset();
   }
@@ -54,7 +83,9 @@ struct TestServer {
 
   ddprun::StoreService service;  // declared first: outlives the server
   int port = 0;
+  std::unique_ptr<ddprun::StoreWireServer> wire;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<ddprun::ConnectionListener> listener;
 };
 
 StoreClientOptions clientOptions(const TestServer& server) {
@@ -84,7 +115,8 @@ std::string errorOf(F&& call) {
 }  // namespace
 
 TEST_CASE("store service: every operation round-trips", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   StoreClient client(clientOptions(server));
   const std::string bytes("a\0b\xff", 4);
   client.set("k", bytes);
@@ -106,7 +138,8 @@ TEST_CASE("store service: every operation round-trips", "[store]") {
 }
 
 TEST_CASE("store service: rounds and runs do not see each other's keys", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   StoreClient round1(o);
   o.round = 2;
@@ -120,7 +153,8 @@ TEST_CASE("store service: rounds and runs do not see each other's keys", "[store
 }
 
 TEST_CASE("store service: a value larger than gRPC's default 4 MiB limit passes", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   StoreClient client(clientOptions(server));
   const std::string big(10 << 20, 'x');
   client.set("big", big);
@@ -128,7 +162,8 @@ TEST_CASE("store service: a value larger than gRPC's default 4 MiB limit passes"
 }
 
 TEST_CASE("store service: get blocks until another client sets the key", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   StoreClient waiter(clientOptions(server));
   StoreClient setter(clientOptions(server));
   std::atomic<bool> setDone{false};
@@ -150,7 +185,8 @@ TEST_CASE("store service: get blocks until another client sets the key", "[store
 }
 
 TEST_CASE("store service: timeouts raise TimeoutError naming the missing keys", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   o.timeout = 200ms;
   StoreClient client(o);
@@ -168,7 +204,8 @@ TEST_CASE("store service: timeouts raise TimeoutError naming the missing keys", 
 }
 
 TEST_CASE("store service: the job token is required when configured", "[store]") {
-  TestServer server(ddprun::StoreServiceOptions{.token = "s3cret", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerSession = 1024, .admitCall = nullptr});
+  SERVE_BOTH();
+  TestServer server(ddprun::StoreServiceOptions{.token = "s3cret", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerSession = 1024, .admitCall = nullptr}, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   {
     StoreClient noToken(o);
@@ -188,12 +225,13 @@ TEST_CASE("store service: the job token is required when configured", "[store]")
 }
 
 TEST_CASE("store service: a stale round is refused", "[store]") {
+  SERVE_BOTH();
   std::atomic<uint64_t> current{2};
   ddprun::StoreServiceOptions options;
   options.roundIsCurrent = [&](const std::string& runId, uint64_t round) {
     return runId == "job" && round == current.load();
   };
-  TestServer server(options);
+  TestServer server(options, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   o.round = 1;
   StoreClient stale(o);
@@ -215,7 +253,8 @@ TEST_CASE("store service: a stale round is refused", "[store]") {
 }
 
 TEST_CASE("store service: bad keys are refused", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   StoreClient client(clientOptions(server));
   CHECK_THROWS_AS(client.set(std::string(5000, 'k'), "v"), ddprun::ConfigError);
   CHECK_THROWS_AS(client.get(""), ddprun::ConfigError);
@@ -237,7 +276,8 @@ TEST_CASE("store service: bad keys are refused", "[store]") {
 }
 
 TEST_CASE("store service: 8 clients adding concurrently give the exact total", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   constexpr int kClients = 8;
   constexpr int kAdds = 100;
   std::vector<std::thread> threads;
@@ -253,7 +293,8 @@ TEST_CASE("store service: 8 clients adding concurrently give the exact total", "
 }
 
 TEST_CASE("store service: a client that gives up cancels its wait on the server", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   auto stub = rawStub(server);
   ddprun::v1::GetRequest request;
   request.mutable_scope()->set_run_id("job");
@@ -273,7 +314,8 @@ TEST_CASE("store service: a client that gives up cancels its wait on the server"
 }
 
 TEST_CASE("store service: shutdown while a client waits ends the wait with an error", "[store]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   o.timeout = 60s;
   StoreClient client(o);
@@ -289,6 +331,7 @@ TEST_CASE("store service: shutdown while a client waits ends the wait with an er
 
   SECTION("with the service's shutdown first") { server.stop(); }
   SECTION("with only the server's shutdown, bounded by a deadline") {
+    if (server.wire) server.wire->stop();  // the store wire's server, the front door's half of it
     server.server->Shutdown(std::chrono::system_clock::now() + 100ms);
   }
   REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
@@ -296,10 +339,11 @@ TEST_CASE("store service: shutdown while a client waits ends the wait with an er
 }
 
 TEST_CASE("store client: connecting retries until the server is up or the limit passes", "[store]") {
+  SERVE_BOTH();
   SECTION("a server that never comes") {
     int port = 0;
     {
-      TestServer gone;
+      TestServer gone({}, "127.0.0.1:0", serve);
       port = gone.port;
     }
     StoreClientOptions o;
@@ -313,7 +357,7 @@ TEST_CASE("store client: connecting retries until the server is up or the limit 
   SECTION("a server that comes late") {
     int port = 0;
     {
-      TestServer first;
+      TestServer first({}, "127.0.0.1:0", serve);
       port = first.port;
     }
     const std::string address = "127.0.0.1:" + std::to_string(port);
@@ -326,7 +370,7 @@ TEST_CASE("store client: connecting retries until the server is up or the limit 
       return client.add("connected", 1);
     });
     std::this_thread::sleep_for(300ms);
-    TestServer late({}, address);
+    TestServer late({}, address, serve);
     REQUIRE(connecting.wait_for(5s) == std::future_status::ready);
     CHECK(connecting.get() == 1);
   }
@@ -420,11 +464,12 @@ class TcpRelay {
 }  // namespace
 
 TEST_CASE("store client: a handshake slower than a second still connects", "[store]") {
+  SERVE_BOTH();
   // One connection attempt used to be cut off after 50 ms (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, which
   // is gRPC's minimum connect timeout), and after at most ~1.2 s once gRPC's backoff had grown: a
   // burst of 128 workers connecting to a busy store failed with "cannot connect" (store bootstrap
   // bench). Through a proxy that holds each connection for 1.5 s, the client must still connect.
-  TestServer server;
+  TestServer server({}, "127.0.0.1:0", serve);
   TcpRelay proxy(server.port, 1500ms);
   StoreClientOptions o = clientOptions(server);
   o.address = proxy.address();
@@ -438,10 +483,11 @@ TEST_CASE("store client: a handshake slower than a second still connects", "[sto
 }
 
 TEST_CASE("store client: a connection that dies without a word fails its calls within the keepalive", "[store]") {
+  SERVE_BOTH();
   // Between a job's bootstrap and its last barrier a worker's store connection idles for hours. If
   // it dies silently meanwhile, the next call must fail in about two keepalives, not hang until its
   // deadline (the store's default timeout is 5 minutes).
-  TestServer server;
+  TestServer server({}, "127.0.0.1:0", serve);
   TcpRelay relay(server.port);
   StoreClientOptions o = clientOptions(server);
   o.address = relay.address();
@@ -487,7 +533,8 @@ class SilentStore final : public ddprun::v1::Store::CallbackService {
 }  // namespace
 
 TEST_CASE("store client: many threads on one client get their own answers", "[store][session]") {
-  TestServer server;
+  SERVE_BOTH();
+  TestServer server({}, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   o.timeout = 60s;
   StoreClient client(o);
@@ -518,9 +565,10 @@ TEST_CASE("store client: many threads on one client get their own answers", "[st
 }
 
 TEST_CASE("store client: too many waits on one client are refused", "[store][session]") {
+  SERVE_BOTH();
   ddprun::StoreServiceOptions options;
   options.maxPendingPerSession = 1;
-  TestServer server(options);
+  TestServer server(options, "127.0.0.1:0", serve);
   StoreClient client(clientOptions(server));
   auto first = std::async(std::launch::async, [&] { client.wait({"a"}); });
   // The first wait is pending once the store has a deadline to watch.
@@ -538,7 +586,8 @@ TEST_CASE("store client: too many waits on one client are refused", "[store][ses
 }
 
 TEST_CASE("store client: a server that stops mid-call fails it, and the next call reconnects", "[store][session]") {
-  auto server = std::make_unique<TestServer>();
+  SERVE_BOTH();
+  auto server = std::make_unique<TestServer>(ddprun::StoreServiceOptions{}, "127.0.0.1:0", serve);
   const std::string address = server->address();
   auto o = clientOptions(*server);
   o.timeout = 30s;
@@ -556,7 +605,7 @@ TEST_CASE("store client: a server that stops mid-call fails it, and the next cal
   CHECK_THAT(error, Contains("store get of 'never'"));
   CHECK_THROWS_AS(client.add("n", 1), ddprun::ConnectionError);  // nobody listens now
 
-  TestServer again({}, address);
+  TestServer again({}, address, serve);
   CHECK(client.add("n", 1) == 1);  // a fresh store on the same port, over a new stream
   CHECK(client.numKeys() == 1);
 }

@@ -1,0 +1,254 @@
+// The store's own framing (store/store_wire.h) as the rendezvous server serves it: the front door
+// tells its magic from HTTP/2, the token is checked in the hello, and what no client of ours sends
+// closes the connection and refuses its address for a while, as on the gRPC side. The store's
+// operations over it are the cases of store_service_test.cc, which run with both transports.
+#include <arpa/inet.h>
+#include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "ddprun/v1/store.pb.h"
+#include "rendezvous/server/rendezvous_server.h"
+#include "safety_bound.h"
+#include "store/store_client.h"
+#include "store/store_service.h"
+#include "store/store_wire.h"
+#include "store/store_wire_server.h"
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using ddprun::UniqueFd;
+using ddprun::v1::StoreResponse;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+UniqueFd connectTo(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+void sendAll(int fd, const std::string& bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    REQUIRE(n > 0);
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+// Reads until `n` bytes came, the peer closed, or the safety bound passed.
+std::string readUpTo(int fd, std::size_t n) {
+  std::string got;
+  const auto until = Clock::now() + ddprun::test::kSafetyBound;
+  char buf[65536];
+  while (got.size() < n && Clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t r = ::recv(fd, buf, std::min(sizeof buf, n - got.size()), 0);
+    if (r <= 0) break;
+    got.append(buf, static_cast<std::size_t>(r));
+  }
+  return got;
+}
+
+// Whether the peer closes the connection within the safety bound (reading what it sends first).
+bool closedByPeer(int fd) {
+  const auto until = Clock::now() + ddprun::test::kSafetyBound;
+  char buf[4096];
+  while (Clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (::recv(fd, buf, sizeof buf, 0) <= 0) return true;
+  }
+  return false;
+}
+
+std::string helloBytes(const std::string& token) {
+  std::string out(ddprun::storewire::kMagic);
+  ddprun::v1::StoreHello hello;
+  hello.set_token(token);
+  hello.set_client("test");
+  ddprun::storewire::appendFrame(out, hello);
+  return out;
+}
+
+// The server's answer to a hello: its magic and one frame.
+StoreResponse readHelloAnswer(int fd) {
+  const std::string head = readUpTo(fd, ddprun::storewire::kMagic.size() + ddprun::storewire::kHeaderBytes);
+  REQUIRE(head.size() == ddprun::storewire::kMagic.size() + ddprun::storewire::kHeaderBytes);
+  CHECK(head.substr(0, ddprun::storewire::kMagic.size()) == ddprun::storewire::kMagic);
+  const auto* p = reinterpret_cast<const unsigned char*>(head.data() + ddprun::storewire::kMagic.size());
+  const std::size_t size = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
+  const std::string body = size == 0 ? std::string() : readUpTo(fd, size);  // OK with id 0: no bytes
+  REQUIRE(body.size() == size);
+  StoreResponse answer;
+  REQUIRE(answer.ParseFromString(body));
+  return answer;
+}
+
+ddprun::RendezvousServerOptions serverOptions(const std::string& token) {
+  ddprun::RendezvousServerOptions o;
+  o.port = 0;
+  o.token = token;
+  o.guard = ddprun::RendezvousServerOptions::Guard::kOn;
+  o.metrics.port = -1;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("store wire: the daemon answers the store's magic, and refuses a wrong token in words", "[store_wire]") {
+  ddprun::RendezvousServer server(serverOptions("the-token"));
+  SECTION("the right token") {
+    UniqueFd fd = connectTo(server.port());
+    sendAll(fd.get(), helloBytes("the-token"));
+    const StoreResponse answer = readHelloAnswer(fd.get());
+    CHECK(answer.id() == 0);
+    CHECK(answer.status().code() == 0);
+  }
+  SECTION("a wrong token: refused, then closed") {
+    UniqueFd fd = connectTo(server.port());
+    sendAll(fd.get(), helloBytes("not-the-token"));
+    const StoreResponse answer = readHelloAnswer(fd.get());
+    CHECK(answer.status().code() == 16);  // UNAUTHENTICATED
+    CHECK(answer.status().message() == "invalid job token");
+    CHECK(closedByPeer(fd.get()));
+  }
+  SECTION("a StoreClient with a wrong token hears so from its first call") {
+    ddprun::StoreClientOptions o;
+    o.address = server.address();
+    o.token = "not-the-token";
+    o.runId = "job";
+    o.connectTimeout = 5s;
+    ddprun::StoreClient client(o);
+    try {
+      client.add("k", 1);
+      FAIL("the call passed with a wrong token");
+    } catch (const ddprun::ConnectionError& e) {
+      CHECK_THAT(std::string(e.what()), Contains("invalid job token"));
+    }
+  }
+}
+
+TEST_CASE("store wire: a connection that sends no hello is closed at the handshake timeout", "[store_wire]") {
+  auto o = serverOptions("");
+  o.handshakeTimeout = 300ms;
+  ddprun::RendezvousServer server(o);
+  UniqueFd fd = connectTo(server.port());
+  const auto start = Clock::now();
+  sendAll(fd.get(), std::string(ddprun::storewire::kMagic));  // the magic, and nothing more
+  CHECK(closedByPeer(fd.get()));
+  CHECK(Clock::now() - start >= 250ms);
+}
+
+TEST_CASE("store wire: bytes no client sends close the connection and refuse the address a while", "[store_wire]") {
+  auto o = serverOptions("");
+  o.abuse.penalty = 5s;
+  ddprun::RendezvousServer server(o);
+  {
+    UniqueFd honest = connectTo(server.port());
+    sendAll(honest.get(), helloBytes(""));
+    CHECK(readHelloAnswer(honest.get()).status().code() == 0);  // the address is welcome at first
+  }
+  SECTION("a frame over the limit") {
+    UniqueFd fd = connectTo(server.port());
+    sendAll(fd.get(), std::string(ddprun::storewire::kMagic) + std::string("\xff\xff\xff\xff", 4));
+    CHECK(closedByPeer(fd.get()));
+  }
+  SECTION("a hello that is no StoreHello") {
+    UniqueFd fd = connectTo(server.port());
+    sendAll(fd.get(), std::string(ddprun::storewire::kMagic) + std::string("\x00\x00\x00\x03\xff\xff\xff", 7));
+    CHECK(closedByPeer(fd.get()));
+  }
+  SECTION("a request that is no StoreRequest") {
+    UniqueFd fd = connectTo(server.port());
+    sendAll(fd.get(), helloBytes(""));
+    CHECK(readHelloAnswer(fd.get()).status().code() == 0);
+    sendAll(fd.get(), std::string("\x00\x00\x00\x03\xff\xff\xff", 7));
+    CHECK(closedByPeer(fd.get()));
+  }
+  // Refused now (no token to let it in gated): closed before any answer to a hello.
+  UniqueFd after = connectTo(server.port());
+  (void)::send(after.get(), helloBytes("").data(), helloBytes("").size(), MSG_NOSIGNAL);
+  CHECK(readUpTo(after.get(), ddprun::storewire::kMagic.size()).empty());
+}
+
+TEST_CASE("store wire: behind a penalized address, a hello with the token still passes", "[store_wire]") {
+  // One host, or a NAT gateway: an attacker's garbage must not lock out the agents' workers.
+  auto o = serverOptions("the-token");
+  o.abuse.penalty = 5s;
+  ddprun::RendezvousServer server(o);
+  {
+    UniqueFd fd = connectTo(server.port());
+    sendAll(fd.get(), std::string(ddprun::storewire::kMagic) + std::string("\xff\xff\xff\xff", 4));
+    CHECK(closedByPeer(fd.get()));
+  }
+  UniqueFd fd = connectTo(server.port());
+  sendAll(fd.get(), helloBytes("the-token"));
+  CHECK(readHelloAnswer(fd.get()).status().code() == 0);
+}
+
+TEST_CASE("store wire: a client that sends without reading pauses the server, and gets every answer after",
+          "[store_wire]") {
+  // 200 gets of a 1 MiB value, unread: the server stops reading once 64 MiB of answers wait, so a
+  // client cannot grow its memory without bound; when the client reads, the rest are answered.
+  ddprun::StoreService service(ddprun::StoreServiceOptions{});
+  service.store().set({"job", 1}, "big", std::string(1 << 20, 'v'));
+  ddprun::StoreWireServer wire(service, ddprun::StoreWireServerOptions{});
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  UniqueFd client(pair[0]);
+  wire.adopt(UniqueFd(pair[1]), "local");
+  sendAll(client.get(), helloBytes(""));
+  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
+  constexpr int kGets = 200;
+  std::string requests;
+  for (int i = 1; i <= kGets; ++i) {
+    ddprun::v1::StoreRequest r;
+    r.set_id(static_cast<uint64_t>(i));
+    r.mutable_get()->mutable_scope()->set_run_id("job");
+    r.mutable_get()->mutable_scope()->set_round(1);
+    r.mutable_get()->set_key("big");
+    ddprun::storewire::appendFrame(requests, r);
+  }
+  std::thread writer([&] { sendAll(client.get(), requests); });
+  std::this_thread::sleep_for(500ms);  // the server fills its queue and pauses
+  ddprun::storewire::FrameReader reader(ddprun::storewire::kMaxFrameBytes);
+  int answered = 0;
+  const auto until = Clock::now() + ddprun::test::kSafetyBound;
+  while (answered < kGets && Clock::now() < until) {
+    pollfd p{client.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(client.get(), reader.room(1 << 20), 1 << 20, 0);
+    if (n <= 0) break;
+    reader.appended(static_cast<std::size_t>(n));
+    std::string_view payload;
+    while (reader.next(payload) == ddprun::storewire::FrameReader::Next::kFrame) {
+      StoreResponse response;
+      REQUIRE(response.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
+      ++answered;
+      CHECK(response.id() == static_cast<uint64_t>(answered));  // quick answers keep their order
+      CHECK(response.get().value().size() == (1u << 20));
+    }
+  }
+  writer.join();
+  CHECK(answered == kGets);
+  wire.stop();
+  service.shutdown();
+}
