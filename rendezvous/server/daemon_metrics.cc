@@ -59,6 +59,22 @@ class GaugeCollector final : public prometheus::Collectable {
         .add(static_cast<double>(g.connections.relayCutForAbuse), {{"reason", "frame_flood"}})
         .add(static_cast<double>(g.connections.acceptErrors), {{"reason", "accept_error"}})
         .into(&out);
+    SampleFamily("ddprun_store_wire_connections_open",
+                 "Workers' store connections in the store's own framing (not gRPC), open now.", MetricType::Gauge)
+        .add(static_cast<double>(g.storeWire.open))
+        .into(&out);
+    SampleFamily("ddprun_store_wire_connections_accepted_total",
+                 "Workers' store connections in the store's own framing, handed over by the front door.",
+                 MetricType::Counter)
+        .add(static_cast<double>(g.storeWire.accepted))
+        .into(&out);
+    SampleFamily("ddprun_store_wire_closed_connections_total",
+                 "Store-framing connections closed by the server, by reason: a wrong job token, or bytes no client "
+                 "sends (no hello in time, a frame over the limit, unreadable frames).",
+                 MetricType::Counter)
+        .add(static_cast<double>(g.storeWire.refusedToken), {{"reason", "wrong_token"}})
+        .add(static_cast<double>(g.storeWire.closedBroken), {{"reason", "broken"}})
+        .into(&out);
     SampleFamily("ddprun_store_keys", "Keys in the workers' store, every job together.", MetricType::Gauge)
         .add(static_cast<double>(g.store.keys))
         .into(&out);

@@ -17,6 +17,7 @@
 #include "rendezvous/rules/job_event.h"
 #include "rendezvous/server/rendezvous_service.h"  // RendezvousService::JobGauge
 #include "store/run_scoped_store.h"  // RunScopedStore::Stats
+#include "store/store_wire_server.h"  // StoreWireServerStats
 
 namespace ddprun {
 
@@ -26,6 +27,7 @@ struct DaemonGauges {
   std::vector<RendezvousService::JobGauge> perJob;  // at most kMaxJobSeries
   ConnectionListenerStats connections;
   RunScopedStore::Stats store;
+  StoreWireServerStats storeWire;
   uint64_t timerWakeups = 0;
 };
 

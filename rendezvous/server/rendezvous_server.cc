@@ -182,6 +182,7 @@ class RendezvousServer::Impl {
     g.perJob = rendezvous_->jobGauges(DaemonMetrics::kMaxJobSeries);
     g.connections = listener_->stats();
     g.store = store_->store().stats();
+    g.storeWire = storeWire_->stats();
     g.timerWakeups = rendezvous_->timerWakeups();
     return g;
   }
