@@ -1123,7 +1123,8 @@ class Bench:
         self.report.append("Each client is its own process with its own connection (as each worker of a job "
                            "has), on its own key; all start together and run for %.1f s; median of %d runs "
                            "(range in brackets), ddprun and TCPStore runs interleaved. ddprun: "
-                           "StoreClient (one gRPC Session stream per client) -> ddprun-rdzv, in the current round of a "
+                           "StoreClient (one connection per client, in the store's own framing unless DDPRUN_STORE_TRANSPORT=grpc "
+                           "asks for the gRPC Session stream: %s) -> ddprun-rdzv, in the current round of a "
                            "running 1-node job. TCPStore: c10d::TCPStore client (libtorch %s) -> a "
                            "TCPStore server in its own process. Same C++ loop (bench/store_bench.cc) for "
                            "both; 32-byte values. p50/p99 are per-call latencies (log-bucketed, +-5%%). "
@@ -1132,7 +1133,10 @@ class Bench:
                            "its get is two round trips (WAIT, then GET). Every ddprun call is one request and "
                            "one response on the client's stream. CPU us/op: the server's CPU and all clients' CPU over the "
                            "run, divided by the operations.\n"
-                           % (a.store_seconds, a.store_reps, torch_version() or "?"))
+                           % (a.store_seconds, a.store_reps,
+                              "the Session stream" if os.environ.get("DDPRUN_STORE_TRANSPORT") == "grpc"
+                              else "the store's own framing in this run",
+                              torch_version() or "?"))
         self.report.append("| op | clients | ddprun ops/s | TCPStore ops/s | ddprun/TCPStore | ddprun p50/p99 us | "
                            "TCPStore p50/p99 us | CPU us/op server+clients, ddprun | same, TCPStore | errors |")
         self.report.append("|---|---|---|---|---|---|---|---|---|---|")
