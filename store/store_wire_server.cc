@@ -201,9 +201,10 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     if (close) closeConn(id);
   }
 
-  // Reads what the connection sent and runs its whole frames.
+  // Reads what the connection sent and runs its whole frames. At the client's end of sending, the
+  // answers given so far are written and the connection closes (waits still pending are dropped).
   void readFrom(Conn& conn) {
-    bool ended = false;
+    bool eof = false, error = false;
     for (int i = 0; i < kReadsPerWakeup; ++i) {
       char* at = conn.reader.room(kReadChunk);
       const ssize_t n = ::recv(conn.fd.get(), at, kReadChunk, MSG_DONTWAIT);
@@ -214,12 +215,23 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       }
       if (n < 0 && (errno == EINTR)) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      ended = true;  // closed by the client, or reset
+      (n == 0 ? eof : error) = true;
       break;
     }
-    if (!runFrames(conn) || ended) {
+    if (!runFrames(conn) || error) {
       markBroken(conn);
       return;
+    }
+    if (eof) {
+      std::lock_guard lock(mu_);
+      conn.closeWhenSent = true;
+      markDirtyLocked(conn);
+      // Nothing more to read: watch only for room to write, or the socket would wake us at once.
+      epoll_event ev{};
+      ev.events = EPOLLOUT;
+      ev.data.u64 = conn.id;
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn.fd.get(), &ev);
+      conn.wantWrite = true;
     }
   }
 
