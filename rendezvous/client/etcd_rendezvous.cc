@@ -140,12 +140,21 @@ class EtcdRendezvous final : public Rendezvous {
     // watch opened on a frozen member waits out its probe first).
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
                                            etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), EtcdWatch::kFromNow);
-    if (!putNode([this] { return watchStarted(*notices_).has_value(); })) return;  // stopping
+    if (!putNode([this] { return watchStarted(*notices_).has_value(); }, /*elect=*/true)) return;  // stopping
     if (stopping_) return;
     threads_.emplace_back([this] { keepAlive(); });
     threads_.emplace_back([this] { follow(); });
     threads_.emplace_back([this] { elect(); });
     threads_.emplace_back([this] { writeReports(); });
+    if (surplusLease_ != 0) {
+      threads_.emplace_back([this, lease = surplusLease_] {
+        try {
+          client_.revokeLease(lease);
+        } catch (const Error&) {
+          // It holds no key and expires at its TTL.
+        }
+      });
+    }
   }
 
   // The revision a watch from now starts after, once etcd created it; nullopt when this node
@@ -163,7 +172,9 @@ class EtcdRendezvous final : public Rendezvous {
   // A fresh node lease and this node's key on it: the driver reads a join (after the leave of
   // the old key, if it had one: etcd orders the two).
   // `beforePut`, when given, runs between the grant and the put; false from it: nothing is put.
-  bool putNode(const std::function<bool()>& beforePut = {}) {
+  // `elect`: the node's first join also stands for driver in the same transaction (one raft entry
+  // for both, not two in a row on the join's path); elect() starts from its outcome.
+  bool putNode(const std::function<bool()>& beforePut = {}, bool elect = false) {
     auto sent = SteadyClock::now();
     int64_t lease = client_.grantLease(ttl());
     nodeLease_ = lease;
@@ -171,7 +182,20 @@ class EtcdRendezvous final : public Rendezvous {
     if (beforePut && !beforePut()) return false;
     pb::Join j;
     toProto(joinRequestOf(o_, core_.round()), &j);
-    client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
+    if (!elect) {
+      client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
+      return true;
+    }
+    const std::string driver = rdzv_ + "driver";
+    etcdserverpb::TxnRequest t = putIfAbsent(driver, o_.nodeId, lease);
+    for (auto* branch : {t.add_success(), t.add_failure()}) {
+      auto* put = branch->mutable_request_put();
+      put->set_key(rdzv_ + "nodes/" + o_.nodeId);
+      put->set_value(j.SerializeAsString());
+      put->set_lease(lease);
+    }
+    auto resp = client_.txn(t);
+    firstElection_ = Election{resp.succeeded(), resp.header().revision()};
     return true;
   }
 
@@ -269,6 +293,8 @@ class EtcdRendezvous final : public Rendezvous {
 
  private:
   static constexpr std::chrono::milliseconds kStep{100};  // how often a waiting thread checks stopping_
+  // How long the driver may hold a batch that only changed the state (see drive()).
+  static constexpr std::chrono::milliseconds kSnapshotDelay{200};
 
   // The job's lease: every agent renews it; the job's state and notices live on it, so they go
   // when every agent has died.
@@ -281,8 +307,19 @@ class EtcdRendezvous final : public Rendezvous {
         continue;
       }
       int64_t lease = client_.grantLease(ttl);
-      if (client_.txn(putIfAbsent(key, std::to_string(lease), lease)).succeeded()) return lease;
-      client_.revokeLease(lease);
+      etcdserverpb::TxnRequest t = putIfAbsent(key, std::to_string(lease), lease);
+      t.add_failure()->mutable_request_range()->set_key(key);
+      auto resp = client_.txn(t);
+      if (resp.succeeded()) return lease;
+      // Another node of a job starting all at once won the race: its lease, fresh from its grant,
+      // came back in the failure branch (no second read, no renewal on the join's path). Ours holds
+      // nothing; it is revoked off the path (or expires at its TTL).
+      const auto& ranged = resp.responses(0).response_range();
+      if (ranged.kvs_size() == 1 && ranged.kvs(0).lease() != 0) {
+        surplusLease_ = lease;
+        return ranged.kvs(0).lease();
+      }
+      client_.revokeLease(lease);  // the winner's key went meanwhile: try again
     }
   }
 
@@ -420,33 +457,62 @@ class EtcdRendezvous final : public Rendezvous {
   // the key to go (its node's lease expired) and try again.
   void elect() {
     const std::string key = rdzv_ + "driver";
+    // The join's transaction stood for driver already (putNode): go on from its outcome.
+    std::optional<Election> first = firstElection_;
     while (!stopping_ && !core_.closed()) {
       try {
+        if (first) {
+          const Election e = *std::exchange(first, std::nullopt);
+          if (e.won) {
+            driveAndHandOver();
+          } else {
+            waitDriverGone(key, e.revision);
+          }
+          continue;
+        }
+        // A read first: a driver is nearly always there already (the job's first node drives),
+        // and a read is no raft entry, while a put-if-absent is one even when its compare fails
+        // (with N nodes starting together, N - 1 entries that every member fsyncs).
+        int64_t revision = 0;
+        if (client_.get(key, &revision)) {
+          waitDriverGone(key, revision);
+          continue;
+        }
         etcdserverpb::TxnRequest t = putIfAbsent(key, o_.nodeId, nodeLease_);
         t.add_failure()->mutable_request_range()->set_key(key);
         auto resp = client_.txn(t);
         if (resp.succeeded()) {
-          // Until the job ends, this process stops, or it is no longer the driver.
-          DriveEnd end = DriveEnd::kWatchLost;
-          try {
-            end = drive();
-          } catch (const Error& e) {
-            spdlog::warn("rendezvous (etcd): driving failed: {}", e.what());
-            waitStopping(kStep);
-          }
-          if (end == DriveEnd::kWatchLost && !stopping_ && !core_.closed()) releaseDriver();
+          driveAndHandOver();
           continue;
         }
-        EtcdWatch watch(client_, key, "", resp.header().revision());
-        bool gone = false;
-        while (!gone && !stopping_ && !core_.closed()) {
-          for (const auto& ev : watch.next(SteadyClock::now() + kStep)) gone |= ev.type() == mvccpb::Event::DELETE;
-        }
+        waitDriverGone(key, resp.header().revision());
       } catch (const Error& e) {
         if (stopping_) return;
         spdlog::warn("rendezvous (etcd): election: {}", e.what());
         waitStopping(kStep);
       }
+    }
+  }
+
+  // Drives until the job ends, this process stops, or it is no longer the driver; hands the
+  // driver key over when its watch was lost.
+  void driveAndHandOver() {
+    DriveEnd end = DriveEnd::kWatchLost;
+    try {
+      end = drive();
+    } catch (const Error& e) {
+      spdlog::warn("rendezvous (etcd): driving failed: {}", e.what());
+      waitStopping(kStep);
+    }
+    if (end == DriveEnd::kWatchLost && !stopping_ && !core_.closed()) releaseDriver();
+  }
+
+  // Until the driver key, as of `revision`, is deleted (its node's lease expired, or it handed over).
+  void waitDriverGone(const std::string& key, int64_t revision) {
+    EtcdWatch watch(client_, key, "", revision);
+    bool gone = false;
+    while (!gone && !stopping_ && !core_.closed()) {
+      for (const auto& ev : watch.next(SteadyClock::now() + kStep)) gone |= ev.type() == mvccpb::Event::DELETE;
     }
   }
 
@@ -525,20 +591,30 @@ class EtcdRendezvous final : public Rendezvous {
       spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
     }
     for (const auto& kv : all) apply(host, live, kv.key, &kv.value, out, applied);
+    // A batch that changed only the state (joins of a round still gathering: events, no notice)
+    // is written within kSnapshotDelay, or with the next batch that must go out, not on its own:
+    // each write is a raft commit that the driver waits for before it reads the next joins, and
+    // a job starting on N nodes made up to N - 1 of them in a row before the round's. A successor
+    // that takes over meanwhile loses nothing: it rebuilds the joins from the node keys.
+    auto deferredUntil = SteadyClock::time_point::max();
     while (!stopping_) {
       Micros now = monotonicNow();
       for (const auto& id : live) {
         out.append(host.report(id, AgentReport::heartbeat(0), now));  // liveness is etcd's lease
       }
       out.append(host.tick(now));
-      if (!out.empty() || !applied.empty()) {
+      const bool mustGo = !out.notices.empty() || !out.roundsStarted.empty() || out.jobEnded || !applied.empty();
+      if (mustGo || (!out.empty() && SteadyClock::now() >= deferredUntil)) {
         if (!write(host, out, applied)) return DriveEnd::kOver;  // deposed
         out = Effects();
         applied.clear();
+        deferredUntil = SteadyClock::time_point::max();
+      } else if (!out.empty() && deferredUntil == SteadyClock::time_point::max()) {
+        deferredUntil = SteadyClock::now() + kSnapshotDelay;
       }
       if (host.state().phase() == RendezvousState::Phase::kClosed) return DriveEnd::kOver;
       auto wait = std::max(heartbeat_ / 8, std::chrono::milliseconds(10));
-      auto deadline = SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep);
+      auto deadline = std::min(SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep), deferredUntil);
       if (auto next = host.state().nextDeadline()) {
         deadline = std::min(deadline, SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(*next)));
       }
@@ -679,6 +755,13 @@ class EtcdRendezvous final : public Rendezvous {
   }
   bool joined_ = false;
   int64_t jobLease_ = 0;
+  int64_t surplusLease_ = 0;
+  // The outcome of the first join's stand for driver (putNode), for elect() to start from.
+  struct Election {
+    bool won = false;
+    int64_t revision = 0;
+  };
+  std::optional<Election> firstElection_;  // the job lease this node granted and lost the race with: revoked after the join
   std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again
   std::atomic<uint64_t> eventSeq_{0};
   uint64_t noticeSeq_ = 0;
