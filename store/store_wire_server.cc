@@ -103,6 +103,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     std::size_t outSent = 0;
     bool dirty = false;       // in dirty_: has answers to write
     bool wantWrite = false;   // EPOLLOUT: the socket was full
+    uint32_t watched = EPOLLIN | EPOLLRDHUP;  // the events epoll watches for it now
     bool readPaused = false;  // too much waits to be written
     bool closeWhenSent = false;
     bool broken = false;      // a write failed: the client is gone
@@ -223,15 +224,11 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       return;
     }
     if (eof) {
+      // Nothing more to read (watchLocked stops watching for it): write what is answered, then close.
       std::lock_guard lock(mu_);
       conn.closeWhenSent = true;
       markDirtyLocked(conn);
-      // Nothing more to read: watch only for room to write, or the socket would wake us at once.
-      epoll_event ev{};
-      ev.events = EPOLLOUT;
-      ev.data.u64 = conn.id;
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn.fd.get(), &ev);
-      conn.wantWrite = true;
+      watchLocked(conn);
     }
   }
 
@@ -329,7 +326,10 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       Conn& conn = *it->second;
       if (conn.broken || conn.closeWhenSent) return;
       storewire::appendFrame(conn.out, response);
-      if (conn.out.size() - conn.outSent >= kMaxQueuedBytes) conn.readPaused = true;
+      if (conn.out.size() - conn.outSent >= kMaxQueuedBytes && !conn.readPaused) {
+        conn.readPaused = true;
+        watchLocked(conn);  // epoll_ctl is safe from any thread
+      }
       if (!conn.dirty) {
         markDirtyLocked(conn);
         wake = std::this_thread::get_id() != threadId_ && !wakePending_;
@@ -385,17 +385,26 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     const bool full = conn.outSent < conn.out.size();
     const bool resume = conn.readPaused && conn.out.size() - conn.outSent < kMaxQueuedBytes / 2;
     if (resume) conn.readPaused = false;
-    if (full != conn.wantWrite || resume || (conn.readPaused && !conn.wantWrite)) {
-      conn.wantWrite = full;
-      epoll_event ev{};
-      ev.events = (conn.readPaused ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) | (full ? EPOLLOUT : 0u);
-      ev.data.u64 = conn.id;
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn.fd.get(), &ev);
-    }
+    conn.wantWrite = full;
+    watchLocked(conn);
     if (resume) {
       // Frames read while paused wait in the buffer: run them now that there is room.
       resumed_.push_back(conn.id);
     }
+  }
+
+  // Watches the connection for what it waits for now: bytes to read unless reading is paused or
+  // over, room to write while answers wait. Level-triggered, so a readable socket that is not
+  // read must not be watched for reading.
+  void watchLocked(Conn& conn) {
+    const uint32_t want = (conn.readPaused || conn.closeWhenSent ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) |
+                          (conn.wantWrite ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+    if (want == conn.watched) return;
+    conn.watched = want;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = conn.id;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn.fd.get(), &ev);
   }
 
   void markBroken(Conn& conn) {

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -100,6 +101,13 @@ StoreResponse readHelloAnswer(int fd) {
   StoreResponse answer;
   REQUIRE(answer.ParseFromString(body));
   return answer;
+}
+
+double processCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 ddprun::RendezvousServerOptions serverOptions(const std::string& token) {
@@ -206,10 +214,13 @@ TEST_CASE("store wire: behind a penalized address, a hello with the token still 
 
 TEST_CASE("store wire: a client that sends without reading pauses the server, and gets every answer after",
           "[store_wire]") {
-  // 200 gets of a 1 MiB value, unread: the server stops reading once 64 MiB of answers wait, so a
+  // 200 gets of a 1 MiB value (800 KB of requests), unread: the server stops reading once 64 MiB of answers wait, so a
   // client cannot grow its memory without bound; when the client reads, the rest are answered.
   ddprun::StoreService service(ddprun::StoreServiceOptions{});
-  service.store().set({"job", 1}, "big", std::string(1 << 20, 'v'));
+  // A long key, so that the requests are more than the server reads in one go (some stay in the
+  // socket while it pauses).
+  const std::string key(4000, 'k');
+  service.store().set({"job", 1}, key, std::string(1 << 20, 'v'));
   ddprun::StoreWireServer wire(service, ddprun::StoreWireServerOptions{});
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
@@ -224,11 +235,18 @@ TEST_CASE("store wire: a client that sends without reading pauses the server, an
     r.set_id(static_cast<uint64_t>(i));
     r.mutable_get()->mutable_scope()->set_run_id("job");
     r.mutable_get()->mutable_scope()->set_round(1);
-    r.mutable_get()->set_key("big");
+    r.mutable_get()->set_key(key);
     ddprun::storewire::appendFrame(requests, r);
   }
   std::thread writer([&] { sendAll(client.get(), requests); });
-  std::this_thread::sleep_for(500ms);  // the server fills its queue and pauses
+  std::this_thread::sleep_for(300ms);  // the server fills its queue and pauses
+  // Paused, the server's thread must sleep: a socket left readable in a level-triggered epoll set
+  // while reading is paused would wake it in a loop. This process's CPU over half a second (the
+  // writer is blocked in send by then): a spinning thread takes about all of it, a sleeping one
+  // almost none. Under load a spinning thread gets less, never a sleeping one more.
+  const double cpuBefore = processCpuSeconds();
+  std::this_thread::sleep_for(500ms);
+  CHECK(processCpuSeconds() - cpuBefore < 0.25);
   ddprun::storewire::FrameReader reader(ddprun::storewire::kMaxFrameBytes);
   int answered = 0;
   const auto until = Clock::now() + ddprun::test::kSafetyBound;
