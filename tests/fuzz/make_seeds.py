@@ -344,24 +344,6 @@ def text_seeds():
         write("cli", name, "\0".join(args).encode())
 
 
-def pb_varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def pb_field(num, value):
-    """One protobuf field: an int as a varint, bytes/str as length-delimited."""
-    if isinstance(value, int):
-        return pb_varint(num << 3) + pb_varint(value)
-    value = value.encode() if isinstance(value, str) else value
-    return pb_varint(num << 3 | 2) + pb_varint(len(value)) + value
-
-
 def wire_frame(message):
     return struct.pack(">I", len(message)) + message
 
@@ -370,34 +352,34 @@ def store_wire_seeds():
     """Byte streams of one connection in the store's own framing (store/store_wire.h), as
     fuzz_store_wire.cc feeds them to a StoreWireServer whose job token is "t"."""
     magic = b"DDPSTORE"
-    hello = wire_frame(pb_field(1, "t") + pb_field(2, "seed"))
-    scope = pb_field(1, "job") + pb_field(2, 1)
+    hello = wire_frame(field(1, "t") + field(2, "seed"))
+    scope = field(1, "job") + field(2, 1)
 
-    def req(rid, field, body):
-        return wire_frame(pb_field(1, rid) + pb_field(field, body))
+    def req(rid, op, body):
+        return wire_frame(field(1, rid) + field(op, body))
 
-    setr = lambda rid, k, v: req(rid, 2, pb_field(1, scope) + pb_field(2, k) + pb_field(3, v))
-    getr = lambda rid, k, ms=0: req(rid, 3, pb_field(1, scope) + pb_field(2, k) + (pb_field(3, ms) if ms else b""))
-    addr = lambda rid, k, d: req(rid, 4, pb_field(1, scope) + pb_field(2, k) + pb_field(3, d))
-    casr = lambda rid, k, e, d: req(rid, 5, pb_field(1, scope) + pb_field(2, k) + pb_field(3, e) + pb_field(4, d))
-    waitr = lambda rid, keys, ms: req(rid, 6, pb_field(1, scope) + b"".join(pb_field(2, k) for k in keys) + pb_field(3, ms))
-    checkr = lambda rid, keys: req(rid, 7, pb_field(1, scope) + b"".join(pb_field(2, k) for k in keys))
-    delr = lambda rid, k: req(rid, 8, pb_field(1, scope) + pb_field(2, k))
-    numr = lambda rid: req(rid, 9, pb_field(1, scope))
+    setr = lambda rid, k, v: req(rid, 2, field(1, scope) + field(2, k) + field(3, v))
+    getr = lambda rid, k, ms=0: req(rid, 3, field(1, scope) + field(2, k) + (field(3, ms) if ms else b""))
+    addr = lambda rid, k, d: req(rid, 4, field(1, scope) + field(2, k) + field(3, d))
+    casr = lambda rid, k, e, d: req(rid, 5, field(1, scope) + field(2, k) + field(3, e) + field(4, d))
+    waitr = lambda rid, keys, ms: req(rid, 6, field(1, scope) + b"".join(field(2, k) for k in keys) + field(3, ms))
+    checkr = lambda rid, keys: req(rid, 7, field(1, scope) + b"".join(field(2, k) for k in keys))
+    delr = lambda rid, k: req(rid, 8, field(1, scope) + field(2, k))
+    numr = lambda rid: req(rid, 9, field(1, scope))
     ping = lambda rid: req(rid, 10, b"")
     write("store_wire", "every-op", magic + hello + setr(1, "k", "v") + getr(2, "k") + addr(3, "n", 5) +
           casr(4, "c", "", "x") + waitr(5, ["k", "n"], 10) + checkr(6, ["k", "absent"]) + delr(7, "k") +
           numr(8) + ping(9))
     write("store_wire", "waits", magic + hello + getr(1, "later", 50) + waitr(2, ["a", "b"], 30) + setr(3, "later", "v"))
-    write("store_wire", "wrong-token", magic + wire_frame(pb_field(1, "not-t")) + setr(1, "k", "v"))
+    write("store_wire", "wrong-token", magic + wire_frame(field(1, "not-t")) + setr(1, "k", "v"))
     write("store_wire", "no-hello", magic)
     write("store_wire", "huge-length", magic + b"\xff\xff\xff\xff")
     write("store_wire", "garbage-hello", magic + wire_frame(b"\xff\xff\xff"))
     write("store_wire", "garbage-request", magic + hello + wire_frame(b"\x0a\xff\xff"))
-    write("store_wire", "no-op", magic + hello + wire_frame(pb_field(1, 7)))
+    write("store_wire", "no-op", magic + hello + wire_frame(field(1, 7)))
     write("store_wire", "cut-frame", magic + hello + setr(1, "k", "v")[:-2])
     write("store_wire", "other-round", magic + hello +
-          req(1, 2, pb_field(1, pb_field(1, "job") + pb_field(2, 9)) + pb_field(2, "k") + pb_field(3, "v")))
+          req(1, 2, field(1, field(1, "job") + field(2, 9)) + field(2, "k") + field(3, "v")))
 
 
 if __name__ == "__main__":
