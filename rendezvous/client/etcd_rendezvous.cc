@@ -3,25 +3,18 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <cinttypes>
 #include <condition_variable>
-#include <cstdio>
 #include <deque>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "common/backoff.h"
 #include "common/error.h"
-#include "common/ids.h"
-#include "common/strings.h"
 #include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "etcd/etcd_watch.h"
 #include "rendezvous/client/client_core.h"
-#include "rendezvous/rules/admission.h"
-#include "rendezvous/rules/rules_host.h"
-#include "rendezvous/wire/status_proto.h"
+#include "rendezvous/client/etcd_driver.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
@@ -34,8 +27,6 @@ using namespace etcd_records;  // NOLINT: the records of this backend, both ways
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
-
-Micros monotonicNow() { return std::chrono::duration_cast<Micros>(SteadyClock::now().time_since_epoch()); }
 
 // A transaction that puts `key` (on `lease`) only if it does not exist.
 etcdserverpb::TxnRequest putIfAbsent(const std::string& key, const std::string& value, int64_t lease) {
@@ -50,12 +41,6 @@ etcdserverpb::TxnRequest putIfAbsent(const std::string& key, const std::string& 
   put->set_value(value);
   put->set_lease(lease);
   return t;
-}
-
-std::string seqKey(uint64_t seq) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
-  return buf;
 }
 
 }  // namespace
@@ -133,6 +118,8 @@ class EtcdRendezvous final : public Rendezvous {
   void joinEtcd() {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     jobLease_ = jobLease(ttl() * 2);
+    driver_ = std::make_unique<EtcdDriver>(
+        client_, EtcdDriverOptions{o_.runId, o_.nodeId, o_.rules, jobPrefix_, jobLease_, heartbeat_}, stopping_);
     // This node's notices from now: the watch must exist before the join is written (no notice can
     // come earlier), and a watch from now gets each notice as it commits (EtcdWatch, kFromNow).
     // etcd creates it (on the watch's own thread) while the node lease is granted here. Not before
@@ -140,7 +127,7 @@ class EtcdRendezvous final : public Rendezvous {
     // watch opened on a frozen member waits out its probe first).
     notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
                                            etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), EtcdWatch::kFromNow);
-    if (!putNode([this] { return watchStarted(*notices_).has_value(); }, /*elect=*/true)) return;  // stopping
+    if (!putNode([this] { return waitWatchStarted(*notices_, stopping_).has_value(); }, /*elect=*/true)) return;  // stopping
     if (stopping_) return;
     threads_.emplace_back([this] { keepAlive(); });
     threads_.emplace_back([this] { follow(); });
@@ -155,15 +142,6 @@ class EtcdRendezvous final : public Rendezvous {
         }
       });
     }
-  }
-
-  // The revision a watch from now starts after, once etcd created it; nullopt when this node
-  // stops first. ConnectionError when no member carried it for the client's retry timeout.
-  std::optional<int64_t> watchStarted(EtcdWatch& watch) {
-    while (!stopping_) {
-      if (auto from = watch.startedAfter(SteadyClock::now() + std::chrono::milliseconds(50))) return from;
-    }
-    return std::nullopt;
   }
 
   // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
@@ -293,8 +271,6 @@ class EtcdRendezvous final : public Rendezvous {
 
  private:
   static constexpr std::chrono::milliseconds kStep{100};  // how often a waiting thread checks stopping_
-  // How long the driver may hold a batch that only changed the state (see drive()).
-  static constexpr std::chrono::milliseconds kSnapshotDelay{200};
 
   // The job's lease: every agent renews it; the job's state and notices live on it, so they go
   // when every agent has died.
@@ -497,14 +473,14 @@ class EtcdRendezvous final : public Rendezvous {
   // Drives until the job ends, this process stops, or it is no longer the driver; hands the
   // driver key over when its watch was lost.
   void driveAndHandOver() {
-    DriveEnd end = DriveEnd::kWatchLost;
+    EtcdDriver::End end = EtcdDriver::End::kWatchLost;
     try {
-      end = drive();
+      end = driver_->drive();
     } catch (const Error& e) {
       spdlog::warn("rendezvous (etcd): driving failed: {}", e.what());
       waitStopping(kStep);
     }
-    if (end == DriveEnd::kWatchLost && !stopping_ && !core_.closed()) releaseDriver();
+    if (end == EtcdDriver::End::kWatchLost && !stopping_ && !core_.closed()) releaseDriver();
   }
 
   // Until the driver key, as of `revision`, is deleted (its node's lease expired, or it handed over).
@@ -515,8 +491,6 @@ class EtcdRendezvous final : public Rendezvous {
       for (const auto& ev : watch.next(SteadyClock::now() + kStep)) gone |= ev.type() == mvccpb::Event::DELETE;
     }
   }
-
-  enum class DriveEnd { kOver, kWatchLost };
 
   // A driver whose watch was lost (a compacted revision, or no member for the retry timeout)
   // hands over: it deletes its driver key, so that the next driver (maybe this node again, on
@@ -539,208 +513,6 @@ class EtcdRendezvous final : public Rendezvous {
     }
   }
 
-  // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
-  // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
-  DriveEnd drive() {
-    // The watch first, from now, then everything under rdzv/ as of the revision it starts after:
-    // nothing is missed or seen twice, and the watch gets each join as it commits (EtcdWatch).
-    EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), EtcdWatch::kFromNow);
-    std::optional<int64_t> from;
-    try {
-      from = watchStarted(watch);
-    } catch (const Error& e) {
-      spdlog::warn("rendezvous (etcd): driver lost its watch: {}", e.what());
-      return DriveEnd::kWatchLost;
-    }
-    if (!from) return DriveEnd::kOver;  // this process stops
-    auto all = client_.getPrefix(rdzv_, nullptr, *from);
-    const std::string nodes = rdzv_ + "nodes/";
-    std::set<std::string> keyed;  // nodes whose key exists: alive, as far as etcd knows
-    std::optional<pb::RendezvousSnapshot> saved;
-    for (const auto& kv : all) {
-      if (startsWith(kv.key, nodes)) keyed.insert(kv.key.substr(nodes.size()));
-      pb::RendezvousSnapshot snap;
-      if (kv.key == rdzv_ + "state" && snap.ParseFromString(kv.value)) saved = snap;
-    }
-    Effects out;
-    std::vector<std::string> applied;
-    std::set<std::string> live;
-    Micros now = monotonicNow();
-    // A driver before us was lost: go on from its last write (every write carried the snapshot,
-    // in the same transaction as the notices and the applied events' deletion).
-    RulesHost host = saved ? RulesHost(fromProto(*saved), now, saved->last_event_seq(),
-                                       saved->has_last_failure() ? std::optional<JobEvent>(fromProto(saved->last_failure()))
-                                                                 : std::nullopt)
-                           : RulesHost(o_.runId, o_.rules, now);
-    if (saved) {
-      noticeSeq_ = saved->notice_seq();
-      spdlog::info("rendezvous (etcd): this node takes over driving job {} at round {}", o_.runId, saved->round());
-      for (const auto& n : saved->nodes()) {
-        const std::string& id = n.join().node_id();
-        if (keyed.count(id)) {
-          live.insert(id);
-        } else {
-          out.append(host.leave(id, "its etcd lease expired (node gone or stopped)", now));
-        }
-      }
-      if (host.state().phase() == RendezvousState::Phase::kClosed) {
-        write(host, out, applied);
-        return DriveEnd::kOver;
-      }
-    } else {
-      spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
-    }
-    for (const auto& kv : all) apply(host, live, kv.key, &kv.value, out, applied);
-    // A batch that changed only the state (joins of a round still gathering: events, no notice)
-    // is written within kSnapshotDelay, or with the next batch that must go out, not on its own:
-    // each write is a raft commit that the driver waits for before it reads the next joins, and
-    // a job starting on N nodes made up to N - 1 of them in a row before the round's. A successor
-    // that takes over meanwhile loses nothing: it rebuilds the joins from the node keys.
-    auto deferredUntil = SteadyClock::time_point::max();
-    while (!stopping_) {
-      Micros now = monotonicNow();
-      for (const auto& id : live) {
-        out.append(host.report(id, AgentReport::heartbeat(0), now));  // liveness is etcd's lease
-      }
-      out.append(host.tick(now));
-      const bool mustGo = !out.notices.empty() || !out.roundsStarted.empty() || out.jobEnded || !applied.empty();
-      if (mustGo || (!out.empty() && SteadyClock::now() >= deferredUntil)) {
-        if (!write(host, out, applied)) return DriveEnd::kOver;  // deposed
-        out = Effects();
-        applied.clear();
-        deferredUntil = SteadyClock::time_point::max();
-      } else if (!out.empty() && deferredUntil == SteadyClock::time_point::max()) {
-        deferredUntil = SteadyClock::now() + kSnapshotDelay;
-      }
-      if (host.state().phase() == RendezvousState::Phase::kClosed) return DriveEnd::kOver;
-      auto wait = std::max(heartbeat_ / 8, std::chrono::milliseconds(10));
-      auto deadline = std::min(SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep), deferredUntil);
-      if (auto next = host.state().nextDeadline()) {
-        deadline = std::min(deadline, SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(*next)));
-      }
-      std::vector<mvccpb::Event> events;
-      try {
-        events = watch.next(deadline);
-      } catch (const Error& e) {
-        spdlog::warn("rendezvous (etcd): driver lost its watch: {}", e.what());
-        return DriveEnd::kWatchLost;
-      }
-      for (const auto& ev : events) {
-        const std::string value = ev.kv().value();
-        apply(host, live, ev.kv().key(), ev.type() == mvccpb::Event::PUT ? &value : nullptr, out, applied);
-      }
-    }
-    return DriveEnd::kOver;  // this process stops
-  }
-
-  // One key under rdzv/ (value null: deleted) into the rules host.
-  void apply(RulesHost& host, std::set<std::string>& live, const std::string& key, const std::string* value,
-             Effects& out, std::vector<std::string>& applied) {
-    Micros now = monotonicNow();
-    const std::string nodes = rdzv_ + "nodes/", events = rdzv_ + "events/";
-    if (startsWith(key, nodes)) {
-      std::string id = key.substr(nodes.size());
-      if (!value) {
-        if (live.erase(id)) out.append(host.leave(id, "its etcd lease expired (node gone or stopped)", now));
-        return;
-      }
-      pb::Join j;
-      if (live.count(id)) return;
-      if (!j.ParseFromString(*value)) j.Clear();  // refused below as a Join without ids
-      // etcd shows no peer address: the Join must name its host, and its node id must be the
-      // key's (the notices go to the key's name, which is what the node watches).
-      JoinOrigin origin;
-      origin.keyNodeId = id;
-      origin.runId = o_.runId;
-      auto admission = admit(joinRequestOf(j), origin);
-      if (auto* refused = std::get_if<Rejection>(&admission)) {
-        if (idProblem(id)) {
-          // No node can watch a name like "x/evil" (it would land under node x's notices): no
-          // refusal is written, and the key stays until its lease goes.
-          spdlog::warn("rendezvous (etcd): ignored a node key with an invalid name: {}", refused->message);
-          return;
-        }
-        spdlog::warn("rendezvous (etcd): refused node {}: {}", id, refused->message);
-        Effects refusal;
-        refusal.notices.push_back(Notice{id, *refused});
-        out.append(std::move(refusal));
-        return;
-      }
-      out.append(host.join(std::get<Admitted>(admission), now));
-      // A node the rules refused (a taken id or rank, a stale round) is not heartbeaten into
-      // NOT_JOINED refusals on every pass: it is live only once it is in the job.
-      if (host.state().hasNode(id)) live.insert(id);
-    } else if (startsWith(key, events) && value) {
-      std::string rest = key.substr(events.size());
-      std::string id = rest.substr(0, rest.find('/'));
-      applied.push_back(key);
-      pb::AgentMessage msg;
-      if (!msg.ParseFromString(*value)) return;
-      auto report = reportOf(msg);
-      if (!report) return;
-      // Liveness is the lease: a heartbeat event only carries the node's health.
-      if (report->kind == AgentReport::Kind::kHeartbeat && (!report->health || !live.count(id))) return;
-      if (report->kind == AgentReport::Kind::kLeave && !live.count(id)) return;
-      out.append(host.report(id, *report, now));
-      // A node that left and whose workers are gone is out; one whose workers still stop stays in
-      // the state (and live) until it reports them stopped or its key goes.
-      if (!host.state().hasNode(id)) live.erase(id);
-    }
-  }
-
-  // Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
-  // node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
-  bool write(const RulesHost& host, const Effects& effects, const std::vector<std::string>& applied) {
-    const RendezvousState& state = host.state();
-    const uint64_t eventSeq = host.lastSeq();  // a successor numbers on from it (the snapshot)
-    etcdserverpb::TxnRequest t;
-    auto* cmp = t.add_compare();
-    cmp->set_key(rdzv_ + "driver");
-    cmp->set_target(etcdserverpb::Compare::VALUE);
-    cmp->set_result(etcdserverpb::Compare::EQUAL);
-    cmp->set_value(o_.nodeId);
-    for (const auto& n : effects.notices) {
-      auto* put = t.add_success()->mutable_request_put();
-      put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
-      put->set_value(toProto(o_.runId, n, false, state, eventSeq).SerializeAsString());
-      put->set_lease(jobLease_);
-    }
-    const uint64_t latestRound = effects.roundsStarted.empty() ? 0 : effects.roundsStarted.back();
-    if (effects.jobEnded && state.round() > 0) {
-      // The job is over: the last round's store goes now, so waits still pending fail at once
-      // ("stale round") instead of at their timeout.
-      auto* del = t.add_success()->mutable_request_delete_range();
-      del->set_key(jobPrefix_ + "round/" + std::to_string(state.round()) + "/");
-      del->set_range_end(etcdPrefixEnd(del->key()));
-    }
-    for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
-    auto* st = t.add_success()->mutable_request_put();
-    st->set_key(rdzv_ + "state");
-    pb::RendezvousSnapshot snapshot = toProto(state.snapshot(monotonicNow()), noticeSeq_);
-    snapshot.set_last_event_seq(eventSeq);
-    if (host.lastFailure()) toProto(*host.lastFailure(), std::nullopt, snapshot.mutable_last_failure());
-    st->set_value(snapshot.SerializeAsString());
-    st->set_lease(jobLease_);
-    if (latestRound > 0) {
-      // The round marker of the workers' store (worker_sdk/etcd_store.h, fenceByRound): written
-      // with the assignment, so it exists before any worker of the round does.
-      auto* alive = t.add_success()->mutable_request_put();
-      alive->set_key(jobPrefix_ + "round/" + std::to_string(latestRound) + "/alive");
-      alive->set_lease(jobLease_);
-    }
-    if (latestRound > 1) {
-      // The workers' keys of the round before (they are fenced by round anyway).
-      auto* del = t.add_success()->mutable_request_delete_range();
-      del->set_key(jobPrefix_ + "round/" + std::to_string(latestRound - 1) + "/");
-      del->set_range_end(etcdPrefixEnd(del->key()));
-    }
-    // An error (etcd unreachable, a lease gone) is thrown: elect() hands the driver key over and
-    // the next driver starts from etcd. Only a failed compare means another node drives now.
-    if (client_.txn(t).succeeded()) return true;
-    spdlog::warn("rendezvous (etcd): this node no longer drives the rendezvous");
-    return false;
-  }
-
   EtcdRendezvousOptions o_;
   ClientCore core_;
   EtcdClient client_;
@@ -755,16 +527,16 @@ class EtcdRendezvous final : public Rendezvous {
   }
   bool joined_ = false;
   int64_t jobLease_ = 0;
-  int64_t surplusLease_ = 0;
+  int64_t surplusLease_ = 0;  // the job lease this node granted and lost the race with: revoked after the join
   // The outcome of the first join's stand for driver (putNode), for elect() to start from.
   struct Election {
     bool won = false;
     int64_t revision = 0;
   };
-  std::optional<Election> firstElection_;  // the job lease this node granted and lost the race with: revoked after the join
+  std::optional<Election> firstElection_;
   std::atomic<int64_t> nodeLease_{0};  // replaced when the node joins again
   std::atomic<uint64_t> eventSeq_{0};
-  uint64_t noticeSeq_ = 0;
+  std::unique_ptr<EtcdDriver> driver_;  // made once the job lease is known; used by elect() only
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable cv_;

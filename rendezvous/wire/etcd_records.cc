@@ -1,5 +1,8 @@
 #include "rendezvous/wire/etcd_records.h"
 
+#include <cinttypes>
+#include <cstdio>
+
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
 
@@ -12,6 +15,12 @@ namespace {
 int64_t us(Micros t) { return t.count(); }
 
 }  // namespace
+
+std::string seqKey(uint64_t seq) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
+  return buf;
+}
 
 pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
   pb::RendezvousSnapshot m;
