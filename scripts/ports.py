@@ -11,6 +11,13 @@ lost the bind to the first's. So each pick is also reserved: an flock on a file 
 port (in /tmp/ddprun-test-ports), held by this process until it exits (the kernel drops it then,
 so no reservation outlives its test, whatever ends it), and skipped by every other test's pick
 while held.
+
+And ddprun itself picks ports below that range too (a job's MASTER_PORT, common/net.h
+findFreePort), without knowing of these reservations: an agent of a test running beside this one
+could bind a port this test reserved before this test's server does (a suspected CI failure, a
+hosting agent's endpoint taken). So where the kernel leaves room above its ephemeral range (61000
+to 65535 by default), test ports come from there, where neither outgoing connections nor ddprun's
+own picks land; else from below it, as before.
 """
 
 import fcntl
@@ -41,22 +48,31 @@ def _reserve(port):
     return True
 
 
-def _ephemeral_low():
+def _ephemeral_range():
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+            low, high = (int(x) for x in f.read().split()[:2])
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def pick_range():
+    """[low, high) that test ports are drawn from (the module's docstring says why)."""
+    low, high = _ephemeral_range()
+    if 65536 - (high + 1) >= 2000:
+        return high + 1, 65536
+    return 10000, max(10001, low)
 
 
 def free_ports(count, host="0.0.0.0"):
     """`count` distinct ports, each free on `host` (default: every address) right now."""
-    low = _ephemeral_low()
+    low, high = pick_range()
     ports = []
     for _ in range(200 * count):
         if len(ports) == count:
             return ports
-        port = random.randrange(10000, max(10001, low))
+        port = random.randrange(low, high)
         if port in ports or not _reserve(port):
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -65,7 +81,7 @@ def free_ports(count, host="0.0.0.0"):
             except OSError:
                 continue
         ports.append(port)
-    raise RuntimeError("no %d free ports below %d" % (count, low))
+    raise RuntimeError("no %d free ports in [%d, %d)" % (count, low, high))
 
 
 def free_port(host="0.0.0.0"):

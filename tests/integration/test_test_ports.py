@@ -24,9 +24,11 @@ class PortsTest(unittest.TestCase):
         holder = subprocess.Popen([sys.executable, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             taken = int(holder.stdout.readline())
-            other = taken + 1 if taken + 1 < ports._ephemeral_low() else taken - 1
+            low, high = ports.pick_range()
+            self.assertTrue(low <= taken < high, (taken, low, high))
+            other = taken + 1 if taken + 1 < high else taken - 1
             # The draw meets the taken port first, as a colliding random pick would.
-            draws = iter([taken, other] + [random.randrange(10000, ports._ephemeral_low()) for _ in range(400)])
+            draws = iter([taken, other] + [random.randrange(low, high) for _ in range(400)])
             with mock.patch.object(ports.random, "randrange", side_effect=lambda *a: next(draws)):
                 picked = ports.free_port()
             self.assertNotEqual(picked, taken)

@@ -57,7 +57,7 @@ def worker(name):
 
 
 def free_port():
-    return ports.free_port()  # below the ephemeral range: scripts/ports.py says why
+    return ports.free_port()  # outside every range the kernel or ddprun picks from: scripts/ports.py says why
 
 
 class RunResult:

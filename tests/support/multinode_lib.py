@@ -66,7 +66,7 @@ exit 0
 
 
 def free_port(host="127.0.0.1"):
-    return ports.free_port(host)  # below the ephemeral range: scripts/ports.py says why
+    return ports.free_port(host)  # outside every range the kernel or ddprun picks from: scripts/ports.py says why
 
 
 def wait_listening(port, host="127.0.0.1", timeout=10.0, proc=None):
