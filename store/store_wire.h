@@ -51,6 +51,8 @@ class FrameReader {
   void appended(std::size_t n) { end_ += n; }
   // Bytes buffered and not yet taken by next() or take().
   std::size_t buffered() const { return end_ - begin_; }
+  // What is buffered, not taken (valid until the next call of room()).
+  std::string_view peek() const { return std::string_view(buf_.data() + begin_, end_ - begin_); }
   // Takes up to n raw bytes from the front (the magic); returns them.
   std::string_view take(std::size_t n);
 

@@ -148,28 +148,34 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
       std::size_t sent = 0;
       if (!sendAll(fd.get(), hello, deadline, &sent, &why)) continue;
       // The answer: the magic and a frame, or anything else from a server that does not speak it.
-      std::string got;
+      auto conn = std::make_shared<Conn>();
+      conn->reader.setMaxFrameBytes(storewire::kMaxHelloBytes);
+      bool magicSeen = false;
       bool other = false;  // another protocol answered
       while (true) {
-        const std::size_t cmp = std::min(got.size(), storewire::kMagic.size());
-        if (std::memcmp(got.data(), storewire::kMagic.data(), cmp) != 0) {
-          other = true;
-          break;
-        }
-        const std::size_t head = storewire::kMagic.size() + storewire::kHeaderBytes;
-        if (got.size() >= head) {
-          const auto* p = reinterpret_cast<const unsigned char*>(got.data() + storewire::kMagic.size());
-          const std::size_t size = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
-          v1::StoreResponse answer;
-          if (size > storewire::kMaxHelloBytes) {
+        const std::string_view have = conn->reader.peek();
+        if (!magicSeen) {
+          const std::size_t n = std::min(have.size(), storewire::kMagic.size());
+          if (have.substr(0, n) != storewire::kMagic.substr(0, n)) {
             other = true;
             break;
           }
-          if (got.size() >= head + size) {
-            if (!answer.ParseFromArray(got.data() + head, static_cast<int>(size))) {
-              other = true;
-              break;
-            }
+          if (n == storewire::kMagic.size()) {
+            conn->reader.take(n);
+            magicSeen = true;
+            continue;
+          }
+        } else {
+          std::string_view payload;
+          const auto next = conn->reader.next(payload);
+          v1::StoreResponse answer;
+          if (next == storewire::FrameReader::Next::kTooLarge ||
+              (next == storewire::FrameReader::Next::kFrame &&
+               !answer.ParseFromArray(payload.data(), static_cast<int>(payload.size())))) {
+            other = true;
+            break;
+          }
+          if (next == storewire::FrameReader::Next::kFrame) {
             if (answer.status().code() == kUnauthenticated) {
               *refused = answer.status().message();
               if (results) ::freeaddrinfo(results);
@@ -179,10 +185,7 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
               why = answer.status().message();
               break;
             }
-            auto conn = std::make_shared<Conn>();
-            const std::size_t extra = got.size() - head - size;
-            std::memcpy(conn->reader.room(extra), got.data() + head + size, extra);
-            conn->reader.appended(extra);
+            conn->reader.setMaxFrameBytes(storewire::kMaxFrameBytes);
             conn->fd = std::move(fd);
             if (results) ::freeaddrinfo(results);
             return conn;
@@ -193,17 +196,16 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
           why = "no answer to the store's hello";
           break;
         }
-        char buf[4096];
-        const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+        const ssize_t n = ::recv(fd.get(), conn->reader.room(4096), 4096, MSG_DONTWAIT);
         if (n > 0) {
-          got.append(buf, static_cast<std::size_t>(n));
+          conn->reader.appended(static_cast<std::size_t>(n));
           continue;
         }
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         // Closed or reset before any answer: what a server that does not know the magic does
         // (or one restarting, when this is a reconnect).
         why = n == 0 ? "the server closed the connection" : std::strerror(errno);
-        other = got.empty() && first;
+        other = conn->reader.buffered() == 0 && !magicSeen && first;
         break;
       }
       if (other) {

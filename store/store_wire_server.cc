@@ -146,6 +146,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       takeInbox();
       flushDirty();
       expireHellos();
+      runResumed();
     }
   }
 
@@ -444,7 +445,10 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       }
       closeConn(id);
     }
-    // Connections whose reading resumed: their buffered frames run now.
+  }
+
+  // Connections whose reading resumed: their buffered frames run now.
+  void runResumed() {
     std::vector<uint64_t> resumed;
     {
       std::lock_guard lock(mu_);
