@@ -39,7 +39,7 @@
 #include <vector>
 
 #if defined(STORE_BENCH_DDPRUN)
-#include "store/store_client.h"
+#include "store/client/store_client.h"
 #elif defined(STORE_BENCH_TCPSTORE)
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #else

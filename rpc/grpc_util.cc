@@ -19,17 +19,10 @@ bool tokenAuthorized(const grpc::ServerContextBase& context, const std::string& 
   return it != metadata.end() && constantTimeEquals(std::string_view(it->second.data(), it->second.size()), token);
 }
 
-bool constantTimeEquals(std::string_view a, std::string_view b) {
-  // Visit every byte of the longer input whatever the contents, so timing does not reveal the
-  // length of a matching prefix. volatile keeps the compiler from adding an early exit.
-  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff = diff | static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
+std::string_view callToken(const grpc::ServerContextBase& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kTokenMetadataKey);
+  return it == metadata.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
 }
 
 std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, std::chrono::milliseconds keepalive,
@@ -66,11 +59,8 @@ void applyServerDefaults(grpc::ServerBuilder& builder) {
 }
 
 grpc::Status bounded(const grpc::Status& status) {
-  const std::string& message = status.error_message();
-  if (message.size() <= kMaxErrorMessageBytes) return status;
-  constexpr std::size_t kKept = kMaxErrorMessageBytes - 32;
-  return grpc::Status(status.error_code(),
-                      message.substr(0, kKept) + "... (+" + std::to_string(message.size() - kKept) + " bytes)");
+  if (status.error_message().size() <= kMaxErrorMessageBytes) return status;
+  return grpc::Status(status.error_code(), boundedErrorMessage(status.error_message()));
 }
 
 }  // namespace ddprun

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/error_message.h"  // kMaxErrorMessageBytes
+#include "common/secrets.h"        // constantTimeEquals
 #include "tls/tls_options.h"
 
 namespace ddprun {
@@ -22,15 +24,11 @@ inline constexpr const char* kTokenMetadataKey = "x-ddprun-token";
 // Largest gRPC message either side accepts: a 64 MiB store value plus its key and framing. Set
 // explicitly so that both sides agree whatever gRPC's default is (4 MiB on receive). The server
 // (store and rendezvous on one port) accepts this much.
-inline constexpr int kMaxMessageBytes = 80 * 1024 * 1024;
+inline constexpr int kMaxMessageBytes = 80 * 1024 * 1024;  // = kMaxStoreMessageBytes (store_limits.h)
 
 // Largest message on an agent's rendezvous channel: its messages are small (a Join, a round), so
 // an agent never takes in more than gRPC's own default from a server.
 inline constexpr int kMaxRendezvousMessageBytes = 4 * 1024 * 1024;
-
-// The longest message an error status carries: far under gRPC's 8 KB metadata limit, which a
-// longer one would break (the client would see RESOURCE_EXHAUSTED instead of the error).
-inline constexpr std::size_t kMaxErrorMessageBytes = 1024;
 
 // What a call hears when its connection broke the server's call limits and is being closed.
 inline constexpr const char* kConnectionClosedForAbuse =
@@ -43,9 +41,8 @@ grpc::Status bounded(const grpc::Status& status);
 // Whether a call carries the job token `token` (any call does when the server has none): the one
 // token check of every ddprun service. Compared in constant time; the token is never logged.
 bool tokenAuthorized(const grpc::ServerContextBase& context, const std::string& token);
-
-// Compares two secrets in time that depends only on their lengths, not on where they differ.
-bool constantTimeEquals(std::string_view a, std::string_view b);
+// The token a call carries (empty when none), for a service that checks it itself.
+std::string_view callToken(const grpc::ServerContextBase& context);
 
 // A channel to `address` (host:port) with the message limits set, over TLS when `tls.enabled`
 // (throws ConfigError naming an unreadable file). With a keepalive above zero the channel pings a

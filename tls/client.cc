@@ -1,6 +1,5 @@
 #include "tls/client.h"
 
-#include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -14,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/connect.h"
 #include "common/error.h"
 #include "common/net.h"
 #include "common/unique_fd.h"
@@ -38,33 +38,13 @@ int msLeft(Clock::time_point deadline) {
 }
 
 UniqueFd connectBy(const std::string& host, int port, Clock::time_point deadline, std::string* why) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
-    *why = "cannot resolve " + host;
-    return UniqueFd();
+  Connected c = connectWithin(host, port, deadline);
+  if (!c.fd) {
+    *why = c.failure == Connected::Failure::kResolve   ? "cannot resolve " + host
+           : c.failure == Connected::Failure::kTimeout ? "no answer"
+                                                       : c.why;
   }
-  UniqueFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  int rc = fd ? ::connect(fd.get(), res->ai_addr, res->ai_addrlen) : -1;
-  ::freeaddrinfo(res);
-  if (rc != 0 && errno != EINPROGRESS) {
-    *why = std::strerror(errno);
-    return UniqueFd();
-  }
-  pollfd p{fd.get(), POLLOUT, 0};
-  if (::poll(&p, 1, msLeft(deadline)) <= 0) {
-    *why = "no answer";
-    return UniqueFd();
-  }
-  int err = 0;
-  socklen_t len = sizeof(err);
-  ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err != 0) {
-    *why = std::strerror(err);
-    return UniqueFd();
-  }
-  return fd;
+  return std::move(c.fd);
 }
 
 // HOST:PORT parsed and connected (*host: the host, for the certificate's name); an invalid

@@ -3,7 +3,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/token_file.h"
-#include "store/store_client.h"
+#include "store/client/store_client.h"
 #include "worker_sdk/etcd_store.h"
 #include "worker_sdk/file_store.h"
 

@@ -1,6 +1,5 @@
 #include "rendezvous/client/connect_probe.h"
 
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +9,7 @@
 #include <memory>
 #include <tuple>
 
+#include "common/connect.h"
 #include "common/error.h"
 #include "common/http2_refusal.h"
 #include "common/net.h"
@@ -44,24 +44,20 @@ std::string whyUnreachable(const std::string& endpoint, std::chrono::millisecond
   } catch (const Error&) {
     return "";  // not ours to judge: the channel reports it
   }
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
-    return "its host name does not resolve";
+  const Connected c = connectWithin(host, port, deadline);
+  switch (c.failure) {
+    case Connected::Failure::kNone:
+      break;
+    case Connected::Failure::kResolve:
+      return "its host name does not resolve";
+    case Connected::Failure::kRefused:
+      return "nothing listens there (connection refused)";
+    case Connected::Failure::kTimeout:
+      return "no answer (a firewall, a partition, or a host that is down)";
+    case Connected::Failure::kOther:
+      return c.why;
   }
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
-  UniqueFd fd(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return "";
-  if (::connect(fd.get(), found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    return errno == ECONNREFUSED ? "nothing listens there (connection refused)" : std::strerror(errno);
-  }
-  if (!waitFor(fd.get(), POLLOUT, deadline)) return "no answer (a firewall, a partition, or a host that is down)";
-  int error = 0;
-  socklen_t len = sizeof(error);
-  ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len);
-  if (error == ECONNREFUSED) return "nothing listens there (connection refused)";
-  if (error != 0) return std::strerror(error);
+  const UniqueFd& fd = c.fd;
   const std::string preface = http2ClientPreface();
   (void)!::send(fd.get(), preface.data(), preface.size(), MSG_NOSIGNAL);
   std::string received;

@@ -16,8 +16,8 @@
 #include "netguard/connection_listener.h"  // ConnectionListenerStats
 #include "rendezvous/rules/job_event.h"
 #include "rendezvous/server/rendezvous_service.h"  // RendezvousService::JobGauge
-#include "store/run_scoped_store.h"  // RunScopedStore::Stats
-#include "store/store_wire_server.h"  // StoreWireServerStats
+#include "store/core/run_scoped_store.h"  // RunScopedStore::Stats
+#include "store/wire/store_wire_server.h"  // StoreWireServerStats
 
 namespace ddprun {
 

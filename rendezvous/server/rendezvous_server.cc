@@ -27,9 +27,9 @@
 #include "rpc/grpc_util.h"
 #include "rendezvous/server/daemon_metrics.h"
 #include "rendezvous/server/rendezvous_service.h"
-#include "store/store_service.h"
-#include "store/store_wire.h"
-#include "store/store_wire_server.h"
+#include "store/grpc/store_service.h"
+#include "store/wire/store_wire.h"
+#include "store/wire/store_wire_server.h"
 
 namespace ddprun {
 namespace {
@@ -65,7 +65,7 @@ class RendezvousServer::Impl {
       throw ConfigError("TLS needs the connection guard, which terminates it: leave --connection_guard on");
     }
     listen.tls = options_.tls;
-    // The workers' store in its own framing, on the same port (store/store_wire.h); plaintext only.
+    // The workers' store in its own framing, on the same port (store/wire/store_wire.h); plaintext only.
     if (!options_.tls) {
       listen.sideProtocol.magic = std::string(storewire::kMagic);
       listen.sideProtocol.accept = [this](UniqueFd fd, const std::string& address) {
@@ -78,9 +78,9 @@ class RendezvousServer::Impl {
     port_ = listener_->port();
     RendezvousServiceOptions service;
     service.token = options_.token;
-    service.onNewRound = [this](const std::string& runId, uint64_t round) { store_->store().dropRoundsBefore(runId, round); };
+    service.onNewRound = [this](const std::string& runId, uint64_t round) { storeCore_->store().dropRoundsBefore(runId, round); };
     service.onJobGone = [this](const std::string& runId) {
-      store_->store().dropRun(runId);
+      storeCore_->store().dropRun(runId);
       if (metrics_) metrics_->onJobGone(runId);
     };
     // metrics_ is set before the listener starts, so before any call can make an event.
@@ -98,20 +98,23 @@ class RendezvousServer::Impl {
     };
     service.serverName = options_.serverName;
     rendezvous_ = std::make_unique<RendezvousService>(std::move(service));
-    StoreServiceOptions store;
-    store.token = options_.token;
-    store.roundIsCurrent = [this](const std::string& runId, uint64_t round) {
+    StoreCoreOptions core;
+    core.token = options_.token;
+    core.roundIsCurrent = [this](const std::string& runId, uint64_t round) {
       return rendezvous_->roundIsCurrent(runId, round);
     };
-    store.jobExists = [this](const std::string& runId) { return rendezvous_->jobExists(runId); };
-    store.admitCall = [this](const std::string& grpcPeer, bool authenticated) {
+    core.jobExists = [this](const std::string& runId) { return rendezvous_->jobExists(runId); };
+    core.limits = options_.storeLimits;
+    storeCore_ = std::make_unique<StoreCore>(std::move(core));
+    StoreServiceOptions grpcStore;
+    grpcStore.admitCall = [this](const std::string& grpcPeer, bool authenticated) {
       return listener_->admitCall(grpcPeer, authenticated);
     };
-    store_ = std::make_unique<StoreService>(std::move(store), options_.storeLimits);
+    store_ = std::make_unique<StoreService>(*storeCore_, std::move(grpcStore));
     StoreWireServerOptions wire;
     if (options_.handshakeTimeout.count() > 0) wire.helloTimeout = options_.handshakeTimeout;
     wire.onAbuse = [this](const std::string& address, const std::string& why) { listener_->penalize(address, why); };
-    storeWire_ = std::make_unique<StoreWireServer>(*store_, std::move(wire));
+    storeWire_ = std::make_unique<StoreWireServer>(*storeCore_, std::move(wire));
     grpc::ServerBuilder builder;
     if (options_.idleTimeout.count() > 0) {
       builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, clampedMs(options_.idleTimeout));
@@ -163,6 +166,7 @@ class RendezvousServer::Impl {
     rendezvous_->waitIdle(grace);
     listener_->stop();
     rendezvous_->shutdown();
+    storeCore_->shutdown();  // pending waits end first, whichever adapter holds them
     store_->shutdown();
     storeWire_->stop();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
@@ -181,7 +185,7 @@ class RendezvousServer::Impl {
     g.jobs = rendezvous_->jobCount();
     g.perJob = rendezvous_->jobGauges(DaemonMetrics::kMaxJobSeries);
     g.connections = listener_->stats();
-    g.store = store_->store().stats();
+    g.store = storeCore_->store().stats();
     g.storeWire = storeWire_->stats();
     g.timerWakeups = rendezvous_->timerWakeups();
     return g;
@@ -208,8 +212,9 @@ class RendezvousServer::Impl {
   std::condition_variable trimCv_;
   bool stopping_ = false;
   std::unique_ptr<RendezvousService> rendezvous_;
+  std::unique_ptr<StoreCore> storeCore_;  // the adapters below go first
   std::unique_ptr<StoreService> store_;
-  std::unique_ptr<StoreWireServer> storeWire_;  // before store_ goes
+  std::unique_ptr<StoreWireServer> storeWire_;
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

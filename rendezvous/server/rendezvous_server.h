@@ -10,7 +10,7 @@
 #include "common/net.h"  // parseEndpoint, joinHostPort
 #include "netguard/abuse_guard.h"  // AbuseLimits
 #include "rendezvous/server/daemon_metrics.h"  // MetricsPortOptions
-#include "store/run_scoped_store.h"  // RunScopedStoreOptions
+#include "store/core/run_scoped_store.h"  // RunScopedStoreOptions
 #include "tls/server_context.h"  // TlsServerContext
 
 namespace ddprun {

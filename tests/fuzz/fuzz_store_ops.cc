@@ -26,12 +26,14 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include "common/error_message.h"
 #include "common/ids.h"
 #include "common/strings.h"
 #include "ddprun/v1/store.pb.h"
-#include "rpc/grpc_util.h"
-#include "store/run_scoped_store.h"
-#include "store/store_session_ops.h"
+#include "store/core/run_scoped_store.h"
+#include "store/core/store_core.h"
+#include "store/core/store_ops.h"
+#include "store/core/store_status.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {
@@ -40,7 +42,7 @@ using ddprun::RunScopedStore;
 using ddprun::StoreScope;
 using ddprun::fuzz::FuzzInput;
 namespace v1 = ddprun::v1;
-using Code = grpc::StatusCode;
+using Code = ddprun::StoreCode;
 using TimePoint = RunScopedStore::TimePoint;
 
 bool printableAscii(const std::string& text) {
@@ -147,7 +149,7 @@ struct Model {
 
 // A predicted response: its code, and for OK the result to compare; `detail` must be in the message.
 struct Expected {
-  Code code = Code::OK;
+  Code code = Code::kOk;
   std::string detail;
 };
 
@@ -169,11 +171,14 @@ class Harness {
     model_.caps.maxBytesTotal = in.u16() % 12288;
     model_.caps.maxKeysPerRun = in.below(8);
     model_.caps.maxKeysTotal = in.below(12);
-    options_.maxPendingPerSession = 1 + in.below(4);
+    options_.maxPendingPerConnection = 1 + in.below(4);
     if (in.flag()) {  // as the rendezvous server: only a job's running round may use the store
       options_.roundIsCurrent = [this](const std::string& run, uint64_t round) { return isCurrent(run, round); };
     }
-    store_.emplace(model_.caps);
+    options_.limits = model_.caps;
+    options_.driveDeadlines = false;  // this harness drives time itself (expire with its own clock)
+    core_.emplace(options_);
+    store_ = &core_->store();
   }
 
   void run() {
@@ -339,9 +344,9 @@ class Harness {
 
   // The round check every request passes first (roundStatus).
   std::optional<Expected> admit(const v1::Scope& scope) const {
-    if (ddprun::idProblem(scope.run_id())) return Expected{Code::INVALID_ARGUMENT, "run id"};
+    if (ddprun::idProblem(scope.run_id())) return Expected{Code::kInvalidArgument, "run id"};
     if (options_.roundIsCurrent && !isCurrent(scope.run_id(), scope.round())) {
-      return Expected{Code::FAILED_PRECONDITION, "stale round"};
+      return Expected{Code::kFailedPrecondition, "stale round"};
     }
     return std::nullopt;
   }
@@ -350,7 +355,7 @@ class Harness {
 
   // Predicts a write of `value` under `key` and applies it to the model when it succeeds.
   std::optional<Expected> write(const StoreScope& s, const std::string& key, const std::string& value) {
-    if (auto refused = model_.refusal(s, key, value.size())) return Expected{Code::RESOURCE_EXHAUSTED, *refused};
+    if (auto refused = model_.refusal(s, key, value.size())) return Expected{Code::kResourceExhausted, *refused};
     model_.put(s, key, value);
     writtenScope_ = s;
     writtenKey_ = key;
@@ -359,8 +364,8 @@ class Harness {
 
   // Predicts a quick operation: its outcome, the result it must carry, and the model's new state.
   Expected predictQuick(const v1::StoreRequest& r, v1::StoreResponse& result) {
-    const auto closed = Expected{Code::UNAVAILABLE, "closed"};
-    const auto badKey = Expected{Code::INVALID_ARGUMENT, "store key"};
+    const auto closed = Expected{Code::kUnavailable, "closed"};
+    const auto badKey = Expected{Code::kInvalidArgument, "store key"};
     switch (r.op_case()) {
       case v1::StoreRequest::kSet: {
         const auto& m = r.set();
@@ -379,10 +384,10 @@ class Harness {
         int64_t value = 0;
         if (const std::string* old = model_.find(scopeOf(m.scope()), m.key())) {
           auto parsed = counter(*old);
-          if (!parsed) return {Code::FAILED_PRECONDITION, "does not hold an integer"};
+          if (!parsed) return {Code::kFailedPrecondition, "does not hold an integer"};
           value = *parsed;
         }
-        if (__builtin_add_overflow(value, m.delta(), &value)) return {Code::FAILED_PRECONDITION, "overflows"};
+        if (__builtin_add_overflow(value, m.delta(), &value)) return {Code::kFailedPrecondition, "overflows"};
         if (auto e = write(scopeOf(m.scope()), m.key(), std::to_string(value))) return *e;
         result.mutable_add()->set_value(value);
         return {};
@@ -434,21 +439,21 @@ class Harness {
         return {};
       }
       default:
-        return {Code::INVALID_ARGUMENT, "names no operation"};
+        return {Code::kInvalidArgument, "names no operation"};
     }
   }
 
   // A response as the client receives it: the status set through setStatus, checked against the
   // prediction and the bounds on messages.
-  void checkResponse(const char* what, const grpc::Status& status, v1::StoreResponse& response,
+  void checkResponse(const char* what, const ddprun::StoreStatus& status, v1::StoreResponse& response,
                      const Expected& expected, const v1::StoreResponse& expectedResult) {
-    const std::string context = std::string(what) + ": got " + std::to_string(status.error_code()) + " '" +
-                                ddprun::printable(status.error_message(), 200) + "', expected " +
-                                std::to_string(expected.code) + " '" + ddprun::printable(expected.detail, 200) + "'";
-    FUZZ_CHECK(status.error_code() == expected.code, context);
-    FUZZ_CHECK(status.error_message().find(expected.detail) != std::string::npos, context);
-    FUZZ_CHECK(printableAscii(status.error_message()), std::string(what) + ": a status message echoes raw bytes: '" +
-                                                           ddprun::printable(status.error_message(), 300) + "'");
+    const std::string context = std::string(what) + ": got " + std::to_string(static_cast<int>(status.code)) + " '" +
+                                ddprun::printable(status.message, 200) + "', expected " +
+                                std::to_string(static_cast<int>(expected.code)) + " '" + ddprun::printable(expected.detail, 200) + "'";
+    FUZZ_CHECK(status.code == expected.code, context);
+    FUZZ_CHECK(status.message.find(expected.detail) != std::string::npos, context);
+    FUZZ_CHECK(printableAscii(status.message), std::string(what) + ": a status message echoes raw bytes: '" +
+                                                           ddprun::printable(status.message, 300) + "'");
     if (!status.ok()) {
       response.clear_result();
       ddprun::detail::setStatus(response, status);
@@ -477,12 +482,12 @@ class Harness {
     if (writtenKey_) due = satisfiedBy(*writtenScope_, *writtenKey_);
     v1::StoreResponse response;
     response.set_id(request.id());
-    grpc::Status status;
+    ddprun::StoreStatus status;
     fired_.clear();
     try {
-      status = ddprun::detail::runQuickOp(*store_, options_, request, response);
+      status = ddprun::detail::runQuickOp(*core_, request, response);
     } catch (...) {
-      status = ddprun::detail::statusFromCurrentException();
+      status = ddprun::StoreStatus::fromCurrentException();
     }
     checkResponse("quick op", status, response, expected, expectedResult);
     settle(due);
@@ -510,39 +515,39 @@ class Harness {
     if (auto e = admit(scope)) {
       expected = *e;
     } else if (!std::all_of(wait.keys.begin(), wait.keys.end(), keyOk)) {
-      expected = {Code::INVALID_ARGUMENT, "store key"};
+      expected = {Code::kInvalidArgument, "store key"};
     } else if (model_.closed) {
-      expected = {Code::UNAVAILABLE, "closed"};
+      expected = {Code::kUnavailable, "closed"};
     } else if (model_.allPresent(wait.scope, wait.keys)) {
       fillExpected(wait, expectedResult);
     } else if (wait.timeoutMs == 0) {
-      expected = {Code::DEADLINE_EXCEEDED, "timed out after 0 ms"};
-    } else if (pending_.size() >= options_.maxPendingPerSession) {
-      expected = {Code::RESOURCE_EXHAUSTED, "too many pending store waits on one session"};
+      expected = {Code::kDeadlineExceeded, "timed out after 0 ms"};
+    } else if (pending_.size() >= options_.maxPendingPerConnection) {
+      expected = {Code::kResourceExhausted, "too many pending store waits on one session"};
     } else if (waitersOf(wait.scope.runId) >= model_.caps.maxWaitersPerRun) {
-      expected = {Code::RESOURCE_EXHAUSTED, "too many pending store waits for run"};
+      expected = {Code::kResourceExhausted, "too many pending store waits for run"};
     } else {
       expectPending = true;
     }
 
     v1::StoreResponse response;
     response.set_id(request.id());
-    grpc::Status status;
+    ddprun::StoreStatus status;
     bool pendingNow = false;
     fired_.clear();
     try {
-      status = ddprun::detail::roundStatus(options_, scope);
+      status = core_->roundStatus(ddprun::detail::toScope(scope));
       if (status.ok() && !fill(wait, response)) {
         if (wait.timeoutMs > 0) {
           pendingNow = addPending(wait, status);
-        } else if (auto failure = ddprun::detail::waitFailure(*store_, options_, wait.scope, wait.keys, 0)) {
+        } else if (auto failure = core_->waitFailure(wait.scope, wait.keys, 0)) {
           status = *failure;
         } else {
           ddprun::fuzz::fail(__FILE__, __LINE__, "waitFailure found every key that fill() missed");
         }
       }
     } catch (...) {
-      status = ddprun::detail::statusFromCurrentException();
+      status = ddprun::StoreStatus::fromCurrentException();
     }
     FUZZ_CHECK(fired_.empty(), "a wait was called back while it was being registered");
     FUZZ_CHECK(pendingNow == expectPending, "a get/wait was queued (or not) unlike the model predicts");
@@ -569,10 +574,10 @@ class Harness {
   }
 
   // StoreSession::addPending: true when the wait is now pending, else `status` says why not.
-  bool addPending(PendingWait wait, grpc::Status& status) {
-    if (pending_.size() >= options_.maxPendingPerSession) {
-      status = {Code::RESOURCE_EXHAUSTED, "too many pending store waits on one session (limit " +
-                                              std::to_string(options_.maxPendingPerSession) + ")"};
+  bool addPending(PendingWait wait, ddprun::StoreStatus& status) {
+    if (pending_.size() >= options_.maxPendingPerConnection) {
+      status = {Code::kResourceExhausted, "too many pending store waits on one session (limit " +
+                                              std::to_string(options_.maxPendingPerConnection) + ")"};
       return false;
     }
     const uint64_t slot = nextSlot_++;
@@ -582,7 +587,7 @@ class Harness {
       ++calls_[slot];
     });
     if (!id) {
-      status = {Code::RESOURCE_EXHAUSTED, "too many pending store waits for run '" + wait.scope.runId + "'"};
+      status = {Code::kResourceExhausted, "too many pending store waits for run '" + wait.scope.runId + "'"};
       return false;
     }
     ++accepted_;
@@ -642,25 +647,25 @@ class Harness {
       if (satisfied) {
         fillExpected(wait, expectedResult);
       } else if (model_.closed) {
-        expected = {Code::UNAVAILABLE, "closed"};
+        expected = {Code::kUnavailable, "closed"};
       } else if (options_.roundIsCurrent && !isCurrent(wait.scope.runId, wait.scope.round)) {
-        expected = {Code::FAILED_PRECONDITION, "stale round"};
+        expected = {Code::kFailedPrecondition, "stale round"};
       } else {
         FUZZ_CHECK(!model_.allPresent(wait.scope, wait.keys), "a wait failed with every key present");
-        expected = {Code::DEADLINE_EXCEEDED, "timed out after " + std::to_string(wait.timeoutMs) + " ms"};
+        expected = {Code::kDeadlineExceeded, "timed out after " + std::to_string(wait.timeoutMs) + " ms"};
       }
       v1::StoreResponse response;
       response.set_id(wait.requestId);
-      grpc::Status status;
+      ddprun::StoreStatus status;
       try {
         if (!satisfied) {
-          if (auto failure = ddprun::detail::waitFailure(*store_, options_, wait.scope, wait.keys, wait.timeoutMs)) {
+          if (auto failure = core_->waitFailure(wait.scope, wait.keys, wait.timeoutMs)) {
             status = *failure;
           }
         }
         if (status.ok()) FUZZ_CHECK(fill(wait, response), "a completed wait cannot read its keys");
       } catch (...) {
-        status = ddprun::detail::statusFromCurrentException();
+        status = ddprun::StoreStatus::fromCurrentException();
       }
       checkResponse("wait completion", status, response, expected, expectedResult);
     }
@@ -684,8 +689,9 @@ class Harness {
 
   FuzzInput& in_;
   Model model_;
-  ddprun::StoreServiceOptions options_;
-  std::optional<RunScopedStore> store_;
+  ddprun::StoreCoreOptions options_;
+  std::optional<ddprun::StoreCore> core_;
+  RunScopedStore* store_ = nullptr;  // core_'s
   std::map<std::string, uint64_t> current_;
   TimePoint now_{};
   std::map<uint64_t, PendingWait> pending_;

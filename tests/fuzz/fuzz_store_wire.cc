@@ -1,10 +1,13 @@
 // Fuzz target: the store's own framing as a client could send it (store/store_wire.h). The input
 // is the whole byte stream of one connection; it goes to a real StoreWireServer (its epoll
-// thread, the StoreRequestHandler, a real StoreService) through a socket pair, the client's side
+// thread, the StoreRequestHandler, a real StoreCore) through a socket pair, the client's side
 // is then half-closed, and everything the server sends back is read.
 //
 // Properties:
-// - the server closes the connection by itself once the client's side ended (nothing hangs);
+// - the server closes the connection by itself once the client's side ended and every request it
+//   sent is answered; where waits are still pending a second after the half-close (their timeouts
+//   may be hours), the client goes away entirely and the server must then drop the connection
+//   (nothing hangs, nothing leaks);
 // - what it sends is its magic and then frames that parse as StoreResponse, the first with id 0;
 // - every status message is at most kMaxErrorMessageBytes;
 // - the server survives (no crash, no sanitizer report) whatever the bytes.
@@ -27,10 +30,10 @@
 
 #include "common/unique_fd.h"
 #include "ddprun/v1/store.pb.h"
-#include "rpc/grpc_util.h"
-#include "store/store_service.h"
-#include "store/store_wire.h"
-#include "store/store_wire_server.h"
+#include "common/error_message.h"
+#include "store/core/store_core.h"
+#include "store/wire/store_wire.h"
+#include "store/wire/store_wire_server.h"
 
 namespace {
 
@@ -45,12 +48,14 @@ struct Server {
     google::protobuf::SetLogHandler(nullptr);
     ddprun::RunScopedStoreOptions limits;
     limits.maxBytesPerRun = 1 << 20;
-    service = std::make_unique<ddprun::StoreService>(ddprun::StoreServiceOptions{.token = "t", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerSession = 1024, .admitCall = nullptr}, limits);
+    core = std::make_unique<ddprun::StoreCore>(ddprun::StoreCoreOptions{
+        .token = "t", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerConnection = 1024, .limits = limits,
+        .driveDeadlines = true});
     ddprun::StoreWireServerOptions o;
     o.helloTimeout = std::chrono::milliseconds(200);
-    wire = std::make_unique<ddprun::StoreWireServer>(*service, o);
+    wire = std::make_unique<ddprun::StoreWireServer>(*core, o);
   }
-  std::unique_ptr<ddprun::StoreService> service;
+  std::unique_ptr<ddprun::StoreCore> core;
   std::unique_ptr<ddprun::StoreWireServer> wire;
 };
 
@@ -68,12 +73,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   std::size_t sent = 0;
   bool halfClosed = false;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::chrono::steady_clock::time_point halfClosedAt;
   char buf[65536];
+  bool leftEntirely = false;
   while (true) {
-    if (std::chrono::steady_clock::now() > until) violated("the server did not close the connection in 10 s");
+    const auto now = std::chrono::steady_clock::now();
+    if (now > until) violated("the server did not close the connection in 10 s");
     if (!halfClosed && sent == size) {
       ::shutdown(client.get(), SHUT_WR);
       halfClosed = true;
+      halfClosedAt = now;
+    }
+    if (halfClosed && now - halfClosedAt > std::chrono::seconds(1) && server.core->store().stats().waits > 0) {
+      // Answers are still owed, by waits that may last hours: leave entirely instead.
+      client.reset();
+      leftEntirely = true;
+      break;
     }
     pollfd p{client.get(), static_cast<short>(POLLIN | (halfClosed ? 0 : POLLOUT)), 0};
     if (::poll(&p, 1, 100) <= 0) continue;
@@ -89,6 +104,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       } else if (n == 0 || errno != EAGAIN) {
         break;
       }
+    }
+  }
+  if (leftEntirely) {
+    while (server.wire->stats().open > 0) {
+      if (std::chrono::steady_clock::now() > until) violated("the server kept a connection whose client left");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
   if (got.empty()) return 0;

@@ -35,7 +35,7 @@
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rpc/grpc_util.h"
 #include "rendezvous/server/rendezvous_server.h"
-#include "store/store_client.h"
+#include "store/client/store_client.h"
 #include "safety_bound.h"
 
 using namespace std::chrono_literals;

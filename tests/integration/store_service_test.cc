@@ -19,12 +19,12 @@
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rpc/grpc_util.h"
-#include "store/store_client.h"
+#include "store/client/store_client.h"
 #include "common/net.h"
 #include "netguard/connection_listener.h"
-#include "store/store_service.h"
-#include "store/store_wire.h"
-#include "store/store_wire_server.h"
+#include "store/grpc/store_service.h"
+#include "store/wire/store_wire.h"
+#include "store/wire/store_wire_server.h"
 #include "safety_bound.h"
 
 using namespace std::chrono_literals;
@@ -45,9 +45,9 @@ enum class Serve { kGrpc, kFrontDoor };
 // A real server with the service on it; stopped, as a user of the service must, by failing the
 // pending waits first and then shutting the server down.
 struct TestServer {
-  explicit TestServer(ddprun::StoreServiceOptions options = {}, std::string address = "127.0.0.1:0",
+  explicit TestServer(ddprun::StoreCoreOptions options = {}, std::string address = "127.0.0.1:0",
                       Serve serve = Serve::kGrpc)
-      : service(std::move(options)) {
+      : core(std::move(options)), service(core) {
     grpc::ServerBuilder builder;
     ddprun::applyServerDefaults(builder);
     if (serve == Serve::kGrpc) builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
@@ -55,7 +55,7 @@ struct TestServer {
     server = builder.BuildAndStart();
     REQUIRE(server != nullptr);
     if (serve == Serve::kFrontDoor) {
-      wire = std::make_unique<ddprun::StoreWireServer>(service, ddprun::StoreWireServerOptions{});
+      wire = std::make_unique<ddprun::StoreWireServer>(core, ddprun::StoreWireServerOptions{});
       const auto [host, p] = ddprun::parseEndpoint(address, 0);
       ddprun::ConnectionListenerOptions listen;
       listen.host = host;
@@ -74,6 +74,7 @@ struct TestServer {
   void stop() {
     if (!server) return;
     if (listener) listener->stop();
+    core.shutdown();
     service.shutdown();
     if (wire) wire->stop();
     server->Shutdown();
@@ -81,7 +82,8 @@ struct TestServer {
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port); }
 
-  ddprun::StoreService service;  // declared first: outlives the server
+  ddprun::StoreCore core;  // declared first: outlives the adapters and the server
+  ddprun::StoreService service;
   int port = 0;
   std::unique_ptr<ddprun::StoreWireServer> wire;
   std::unique_ptr<grpc::Server> server;
@@ -200,12 +202,12 @@ TEST_CASE("store service: timeouts raise TimeoutError naming the missing keys", 
   // The server names only the keys still missing.
   CHECK_THAT(waitError, Contains("key(s) 'absent' of run 'job' round 1"));
   CHECK_THROWS_AS(client.wait({"absent"}, 0ms), ddprun::TimeoutError);
-  CHECK(server.service.store().nextDeadline() == std::nullopt);  // nothing left pending
+  CHECK(server.core.store().nextDeadline() == std::nullopt);  // nothing left pending
 }
 
 TEST_CASE("store service: the job token is required when configured", "[store]") {
   SERVE_BOTH();
-  TestServer server(ddprun::StoreServiceOptions{.token = "s3cret", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerSession = 1024, .admitCall = nullptr}, "127.0.0.1:0", serve);
+  TestServer server(ddprun::StoreCoreOptions{.token = "s3cret", .roundIsCurrent = nullptr, .jobExists = nullptr, .maxPendingPerConnection = 1024, .limits = {}}, "127.0.0.1:0", serve);
   auto o = clientOptions(server);
   {
     StoreClient noToken(o);
@@ -227,7 +229,7 @@ TEST_CASE("store service: the job token is required when configured", "[store]")
 TEST_CASE("store service: a stale round is refused", "[store]") {
   SERVE_BOTH();
   std::atomic<uint64_t> current{2};
-  ddprun::StoreServiceOptions options;
+  ddprun::StoreCoreOptions options;
   options.roundIsCurrent = [&](const std::string& runId, uint64_t round) {
     return runId == "job" && round == current.load();
   };
@@ -246,7 +248,7 @@ TEST_CASE("store service: a stale round is refused", "[store]") {
     auto waiting = std::async(std::launch::async, [&] { return errorOf([&] { live.get("never"); }); });
     std::this_thread::sleep_for(100ms);
     current = 3;
-    server.service.store().dropRoundsBefore("job", 3);
+    server.core.store().dropRoundsBefore("job", 3);
     REQUIRE(waiting.wait_for(3s) == std::future_status::ready);
     CHECK_THAT(waiting.get(), Contains("stale round"));
   }
@@ -307,10 +309,10 @@ TEST_CASE("store service: a client that gives up cancels its wait on the server"
         grpc::StatusCode::DEADLINE_EXCEEDED);
   // The server learns of the cancellation asynchronously; its 60 s wait must go away.
   const auto until = std::chrono::steady_clock::now() + 3s;
-  while (server.service.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
+  while (server.core.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(10ms);
   }
-  CHECK(server.service.store().nextDeadline() == std::nullopt);
+  CHECK(server.core.store().nextDeadline() == std::nullopt);
 }
 
 TEST_CASE("store service: shutdown while a client waits ends the wait with an error", "[store]") {
@@ -566,17 +568,17 @@ TEST_CASE("store client: many threads on one client get their own answers", "[st
 
 TEST_CASE("store client: too many waits on one client are refused", "[store][session]") {
   SERVE_BOTH();
-  ddprun::StoreServiceOptions options;
-  options.maxPendingPerSession = 1;
+  ddprun::StoreCoreOptions options;
+  options.maxPendingPerConnection = 1;
   TestServer server(options, "127.0.0.1:0", serve);
   StoreClient client(clientOptions(server));
   auto first = std::async(std::launch::async, [&] { client.wait({"a"}); });
   // The first wait is pending once the store has a deadline to watch.
   const auto until = std::chrono::steady_clock::now() + 3s;
-  while (!server.service.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
+  while (!server.core.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(5ms);
   }
-  REQUIRE(server.service.store().nextDeadline().has_value());
+  REQUIRE(server.core.store().nextDeadline().has_value());
   // Refused, not timed out (the message says which).
   CHECK_THAT(errorOf([&] { client.wait({"b"}); }), Contains("too many pending store waits"));
   client.set("a", "1");
@@ -587,7 +589,7 @@ TEST_CASE("store client: too many waits on one client are refused", "[store][ses
 
 TEST_CASE("store client: a server that stops mid-call fails it, and the next call reconnects", "[store][session]") {
   SERVE_BOTH();
-  auto server = std::make_unique<TestServer>(ddprun::StoreServiceOptions{}, "127.0.0.1:0", serve);
+  auto server = std::make_unique<TestServer>(ddprun::StoreCoreOptions{}, "127.0.0.1:0", serve);
   const std::string address = server->address();
   auto o = clientOptions(*server);
   o.timeout = 30s;
@@ -596,7 +598,7 @@ TEST_CASE("store client: a server that stops mid-call fails it, and the next cal
   client.set("k", "v");
   auto waiting = std::async(std::launch::async, [&] { return errorOf([&] { client.get("never"); }); });
   const auto until = std::chrono::steady_clock::now() + 3s;
-  while (!server->service.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
+  while (!server->core.store().nextDeadline() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(5ms);
   }
   server.reset();  // service shutdown, then the server's

@@ -17,7 +17,7 @@
 
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rpc/grpc_util.h"
-#include "store/store_service.h"
+#include "store/grpc/store_service.h"
 #include "safety_bound.h"
 
 using namespace std::chrono_literals;
@@ -27,7 +27,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 struct SessionServer {
-  explicit SessionServer(ddprun::StoreServiceOptions options = {}) : service(std::move(options)) {
+  explicit SessionServer(ddprun::StoreCoreOptions options = {}) : core(std::move(options)), service(core) {
     grpc::ServerBuilder builder;
     ddprun::applyServerDefaults(builder);
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -36,11 +36,17 @@ struct SessionServer {
     REQUIRE(server != nullptr);
   }
   ~SessionServer() {
-    service.shutdown();
+    shutdown();
     server->Shutdown(std::chrono::system_clock::now() + 1s);
+  }
+  // As the rendezvous server shuts its store down: the waits end first, then the sessions.
+  void shutdown() {
+    core.shutdown();
+    service.shutdown();
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port); }
 
+  ddprun::StoreCore core;
   ddprun::StoreService service;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
@@ -145,7 +151,7 @@ TEST_CASE("store session: pipelined requests, a waiting get answered out of orde
 }
 
 TEST_CASE("store session: per-request errors leave the stream open", "[store][session]") {
-  ddprun::StoreServiceOptions options;
+  ddprun::StoreCoreOptions options;
   options.roundIsCurrent = [](const std::string&, uint64_t round) { return round == 1; };
   SessionServer server(options);
   RawSession session(server);
@@ -197,7 +203,7 @@ TEST_CASE("store session: per-request errors leave the stream open", "[store][se
 }
 
 TEST_CASE("store session: the token is checked when the stream opens", "[store][session]") {
-  ddprun::StoreServiceOptions options;
+  ddprun::StoreCoreOptions options;
   options.token = "s3cret";
   SessionServer server(options);
   {
@@ -253,8 +259,8 @@ TEST_CASE("store session: undecodable and oversized messages end the stream, not
 }
 
 TEST_CASE("store session: pending waits are bounded per session", "[store][session]") {
-  ddprun::StoreServiceOptions options;
-  options.maxPendingPerSession = 4;
+  ddprun::StoreCoreOptions options;
+  options.maxPendingPerConnection = 4;
   SessionServer server(options);
   RawSession session(server);
   for (uint64_t id = 1; id <= 5; ++id) session.send(getRequest(id, "k" + std::to_string(id), 10000));
@@ -301,10 +307,10 @@ TEST_CASE("store session: ending a session forgets its pending waits", "[store][
   session->send(getRequest(1, "never", 60000));
   session->send(addRequest(2, "n", 1));
   CHECK(session->read().id() == 2);  // so the get is registered by now
-  REQUIRE(server.service.store().nextDeadline().has_value());
+  REQUIRE(server.core.store().nextDeadline().has_value());
   session->context.TryCancel();
   session.reset();
-  CHECK(eventually([&] { return !server.service.store().nextDeadline().has_value(); }));
+  CHECK(eventually([&] { return !server.core.store().nextDeadline().has_value(); }));
 }
 
 TEST_CASE("store session: a half-closed session is answered, then finished", "[store][session]") {
@@ -324,7 +330,7 @@ TEST_CASE("store session: shutdown ends open sessions at once", "[store][session
   session.send(addRequest(2, "n", 1));
   CHECK(session.read().id() == 2);
   const auto start = std::chrono::steady_clock::now();
-  server.service.shutdown();
+  server.shutdown();
   const auto status = session.finish();
   CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
   // Safety bounds: the pending get's deadline is 60 s away.
@@ -378,7 +384,7 @@ TEST_CASE("store session: shutdown with many sessions open and waits pending",
     CHECK(sessions.back()->read().id() == 9);
   }
   const auto start = std::chrono::steady_clock::now();
-  server->service.shutdown();
+  server->shutdown();
   for (auto& s : sessions) CHECK(s->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
   server->server->Shutdown();
   server.reset();
@@ -412,12 +418,12 @@ TEST_CASE("store session: clients that vanish with waits pending leave a server 
       gone.back()->send(addRequest(3, "n", 1));
       CHECK(gone.back()->read().id() == 3);
     }
-    CHECK(server.service.store().nextDeadline().has_value());
+    CHECK(server.core.store().nextDeadline().has_value());
     gone[0]->context.TryCancel();  // cancelled
     gone[1].reset();               // dropped without a word (the call is cancelled underneath)
     std::this_thread::sleep_for(400ms);
     gone.clear();
-    CHECK(eventually([&] { return !server.service.store().nextDeadline().has_value(); }));
+    CHECK(eventually([&] { return !server.core.store().nextDeadline().has_value(); }));
   }
   // Their waits are forgotten; a set on the key they waited for finds nobody, and the server serves.
   RawSession setter(server);

@@ -20,10 +20,10 @@
 #include "ddprun/v1/store.pb.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "safety_bound.h"
-#include "store/store_client.h"
-#include "store/store_service.h"
-#include "store/store_wire.h"
-#include "store/store_wire_server.h"
+#include "store/client/store_client.h"
+#include "store/core/store_core.h"
+#include "store/wire/store_wire.h"
+#include "store/wire/store_wire_server.h"
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -216,12 +216,12 @@ TEST_CASE("store wire: a client that sends without reading pauses the server, an
           "[store_wire]") {
   // 200 gets of a 1 MiB value (800 KB of requests), unread: the server stops reading once 64 MiB of answers wait, so a
   // client cannot grow its memory without bound; when the client reads, the rest are answered.
-  ddprun::StoreService service(ddprun::StoreServiceOptions{});
+  ddprun::StoreCore core(ddprun::StoreCoreOptions{});
   // A long key, so that the requests are more than the server reads in one go (some stay in the
   // socket while it pauses).
   const std::string key(4000, 'k');
-  service.store().set({"job", 1}, key, std::string(1 << 20, 'v'));
-  ddprun::StoreWireServer wire(service, ddprun::StoreWireServerOptions{});
+  core.store().set({"job", 1}, key, std::string(1 << 20, 'v'));
+  ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
   UniqueFd client(pair[0]);
@@ -267,6 +267,48 @@ TEST_CASE("store wire: a client that sends without reading pauses the server, an
   }
   writer.join();
   CHECK(answered == kGets);
+  core.shutdown();
   wire.stop();
-  service.shutdown();
+}
+
+TEST_CASE("store wire: a client that half-closes still gets the answers of its pending waits", "[store_wire]") {
+  // A client may send its last request and shut its sending side down (as the Session stream's
+  // WritesDone does): what it asked for is still owed. The connection closes once it is answered.
+  ddprun::StoreCore core(ddprun::StoreCoreOptions{});
+  ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  UniqueFd client(pair[0]);
+  wire.adopt(UniqueFd(pair[1]), "local");
+  sendAll(client.get(), helloBytes(""));
+  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
+  std::string requests;
+  ddprun::v1::StoreRequest wait;
+  wait.set_id(7);
+  wait.mutable_wait()->mutable_scope()->set_run_id("job");
+  wait.mutable_wait()->mutable_scope()->set_round(1);
+  wait.mutable_wait()->add_keys("late");
+  wait.mutable_wait()->set_timeout_ms(60000);
+  ddprun::storewire::appendFrame(requests, wait);
+  sendAll(client.get(), requests);
+  REQUIRE(::shutdown(client.get(), SHUT_WR) == 0);
+  // The wait is registered (the server read it) before the key comes: poll the store's count.
+  const auto until = Clock::now() + ddprun::test::kSafetyBound;
+  while (core.store().stats().waits == 0 && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  REQUIRE(core.store().stats().waits == 1);
+  core.store().set({"job", 1}, "late", "v");
+  ddprun::storewire::FrameReader reader(ddprun::storewire::kMaxFrameBytes);
+  std::string got = readUpTo(client.get(), 64);
+  std::memcpy(reader.room(got.size()), got.data(), got.size());
+  reader.appended(got.size());
+  std::string_view payload;
+  REQUIRE(reader.next(payload) == ddprun::storewire::FrameReader::Next::kFrame);
+  StoreResponse answer;
+  REQUIRE(answer.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
+  CHECK(answer.id() == 7);
+  CHECK(answer.status().code() == 0);
+  CHECK(answer.has_wait());
+  CHECK(closedByPeer(client.get()));
+  core.shutdown();
+  wire.stop();
 }

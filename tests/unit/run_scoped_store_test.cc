@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "store/run_scoped_store.h"
+#include "store/core/run_scoped_store.h"
 
 using ddprun::RunScopedStore;
 using ddprun::StoreScope;

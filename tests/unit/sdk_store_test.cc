@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "rpc/grpc_util.h"
-#include "store/store_service.h"
+#include "store/grpc/store_service.h"
 #include "worker_sdk/in_process_store.h"
 #include "worker_sdk/prefix_store.h"
 #include "worker_sdk/remote_store.h"
@@ -135,10 +135,11 @@ TEST_CASE("makeStore needs DDPRUN_STORE_ADDR and a run id", "[sdk]") {
 TEST_CASE("RemoteStore: every operation against the store service, fenced by round", "[sdk]") {
   // The real service on loopback, in this process; the rendezvous would say which round is current.
   std::atomic<uint64_t> currentRound{1};
-  ddprun::StoreServiceOptions serviceOptions;
-  serviceOptions.token = "tok";
-  serviceOptions.roundIsCurrent = [&](const std::string&, uint64_t round) { return round == currentRound; };
-  ddprun::StoreService service(serviceOptions);
+  ddprun::StoreCoreOptions coreOptions;
+  coreOptions.token = "tok";
+  coreOptions.roundIsCurrent = [&](const std::string&, uint64_t round) { return round == currentRound; };
+  ddprun::StoreCore core(coreOptions);
+  ddprun::StoreService service(core);
   int port = 0;
   grpc::ServerBuilder builder;
   ddprun::applyServerDefaults(builder);
@@ -170,6 +171,7 @@ TEST_CASE("RemoteStore: every operation against the store service, fenced by rou
   wrongToken.connectTimeout = 2s;
   CHECK_THROWS_WITH(ddp::RemoteStore(wrongToken).set("k", "v"), Contains("invalid job token"));
 
+  core.shutdown();
   service.shutdown();
   server->Shutdown();
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ddprun/v1/store.pb.h"
-#include "store/store_wire.h"
+#include "store/wire/store_wire.h"
 
 using ddprun::storewire::FrameReader;
 

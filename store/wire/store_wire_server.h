@@ -1,14 +1,15 @@
 // Serves the store's own framing (store_wire.h) on connections the server's front door hands over
-// (ConnectionListenerOptions::storeWire): one epoll thread reads, runs each request through a
-// StoreRequestHandler (the code the gRPC Session runs) and writes the answers, batched per
-// wake-up. Answers of waits that complete later come from other threads and are written by this
-// one.
+// (ConnectionListenerOptions::sideProtocol): one epoll thread reads, runs each request through a
+// StoreRequestHandler over the StoreCore (the code the gRPC adapter runs too) and writes the
+// answers, batched per wake-up. Answers of waits that complete later come from other threads and
+// are written by this one. When the client half-closes, what it sent is answered (pending waits
+// too, each by its own timeout at most) and then the connection closes, as a Session stream does.
 //
 // Bounds: a connection must send its hello within helloTimeout, and at most kMaxHelloBytes
 // before it has shown the token; a frame over kMaxFrameBytes, or bytes that are no StoreRequest,
 // close it (and are reported to onAbuse, for the front door's penalties). Reading pauses while
-// 64 MiB of answers wait for a client that does not read. Waits per connection are bounded by
-// StoreServiceOptions::maxPendingPerSession, as on a Session stream.
+// kMaxQueuedAnswerBytes of answers wait for a client that does not read. Waits per connection are
+// bounded by StoreCoreOptions::maxPendingPerConnection, as on a Session stream.
 #pragma once
 
 #include <chrono>
@@ -21,7 +22,7 @@
 
 namespace ddprun {
 
-class StoreService;
+class StoreCore;
 
 struct StoreWireServerOptions {
   // A connection that has not sent its whole hello by then is closed.
@@ -41,8 +42,8 @@ struct StoreWireServerStats {
 
 class StoreWireServer {
  public:
-  // Starts the thread. `service` must outlive the server.
-  StoreWireServer(StoreService& service, StoreWireServerOptions options);
+  // Starts the thread. `core` must outlive the server.
+  StoreWireServer(StoreCore& core, StoreWireServerOptions options);
   ~StoreWireServer();  // stop()
   StoreWireServer(const StoreWireServer&) = delete;
   StoreWireServer& operator=(const StoreWireServer&) = delete;

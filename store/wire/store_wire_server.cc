@@ -1,4 +1,4 @@
-#include "store/store_wire_server.h"
+#include "store/wire/store_wire_server.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
@@ -16,9 +16,11 @@
 
 #include "common/error.h"
 #include "common/log_limiter.h"
-#include "store/store_request_handler.h"
-#include "store/store_service.h"
-#include "store/store_wire.h"
+#include "store/core/store_ops.h"
+#include "store/core/store_request_handler.h"
+#include "store/core/store_core.h"
+#include "store/core/store_limits.h"
+#include "store/wire/store_wire.h"
 
 namespace ddprun {
 
@@ -27,8 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kWakeKey = 0;  // connection ids start at 1
-// Reading pauses while this much is waiting to be written to a client that does not read.
-constexpr std::size_t kMaxQueuedBytes = 64 * 1024 * 1024;
 // Read per wake-up and connection, so that one busy client cannot starve the others.
 constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr int kReadsPerWakeup = 4;
@@ -37,7 +37,7 @@ constexpr int kReadsPerWakeup = 4;
 
 class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(StoreService& service, StoreWireServerOptions options) : service_(service), options_(std::move(options)) {
+  Impl(StoreCore& core, StoreWireServerOptions options) : core_(core), options_(std::move(options)) {
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) throw DDPRUN_SYSTEM_ERROR("epoll_create1");
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -105,6 +105,9 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     bool wantWrite = false;   // EPOLLOUT: the socket was full
     uint32_t watched = EPOLLIN | EPOLLRDHUP;  // the events epoll watches for it now
     bool readPaused = false;  // too much waits to be written
+    bool readsDone = false;   // the client half-closed: close once every answer is out
+    uint64_t requests = 0;    // run through the handler; each gets exactly one answer
+    uint64_t answers = 0;     // of them, answered
     bool closeWhenSent = false;
     bool broken = false;      // a write failed: the client is gone
   };
@@ -189,11 +192,15 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       flushLocked(*conn);
     }
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      bool gone = false;
       {
         std::lock_guard lock(mu_);
         if (conn->readPaused && !(events & (EPOLLHUP | EPOLLERR))) return;
+        // Half-closed before, and now hung up or failed: the client is gone entirely.
+        gone = conn->readsDone && (events & (EPOLLHUP | EPOLLERR));
+        if (gone) conn->broken = true;
       }
-      readFrom(*conn);
+      if (!gone) readFrom(*conn);
     }
     bool close = false;
     {
@@ -203,8 +210,8 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     if (close) closeConn(id);
   }
 
-  // Reads what the connection sent and runs its whole frames. At the client's end of sending, the
-  // answers given so far are written and the connection closes (waits still pending are dropped).
+  // Reads what the connection sent and runs its whole frames. At the client's end of sending, what
+  // it sent is still answered (its waits too); the connection closes once nothing is owed.
   void readFrom(Conn& conn) {
     bool eof = false, error = false;
     for (int i = 0; i < kReadsPerWakeup; ++i) {
@@ -225,11 +232,11 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       return;
     }
     if (eof) {
-      // Nothing more to read (watchLocked stops watching for it): write what is answered, then close.
+      // Nothing more to read (watchLocked stops watching for it).
       std::lock_guard lock(mu_);
-      conn.closeWhenSent = true;
-      markDirtyLocked(conn);
+      conn.readsDone = true;
       watchLocked(conn);
+      closeIfDoneLocked(conn);
     }
   }
 
@@ -262,6 +269,10 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       if (!request_.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
         return abuse(conn, "it sent a frame that is no store request");
       }
+      {
+        std::lock_guard lock(mu_);
+        ++conn.requests;
+      }
       conn.handler->handle(request_);
     }
   }
@@ -274,14 +285,9 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     v1::StoreResponse answer;
     answer.set_id(0);
     std::string out(storewire::kMagic);
-    if (!service_.acceptsToken(hello.token())) {
-      // Never log the token itself, not even the wrong one: it may be a near miss.
-      if (auto held = tokenLog_.allow()) {
-        spdlog::warn("store: refused a connection from {}: missing or wrong job token{}", conn.address,
-                     heldBackNote(*held));
-      }
-      answer.mutable_status()->set_code(16);  // grpc::StatusCode::UNAUTHENTICATED, as the Session's
-      answer.mutable_status()->set_message("invalid job token");
+    if (!core_.acceptsToken(hello.token())) {
+      core_.logRefusedToken("a connection from " + conn.address);
+      detail::setStatus(answer, {StoreCode::kUnauthenticated, "invalid job token"});
       storewire::appendFrame(out, answer);
       std::lock_guard lock(mu_);
       ++stats_.refusedToken;
@@ -295,7 +301,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     conn.reader.setMaxFrameBytes(storewire::kMaxFrameBytes);
     std::weak_ptr<Impl> weak = shared_from_this();
     const uint64_t id = conn.id;
-    conn.handler = std::make_shared<StoreRequestHandler>(service_, [weak, id](v1::StoreResponse&& response) {
+    conn.handler = std::make_shared<StoreRequestHandler>(core_, [weak, id](v1::StoreResponse&& response) {
       if (auto self = weak.lock()) self->deliver(id, response);
     });
     std::lock_guard lock(mu_);
@@ -327,7 +333,9 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       Conn& conn = *it->second;
       if (conn.broken || conn.closeWhenSent) return;
       storewire::appendFrame(conn.out, response);
-      if (conn.out.size() - conn.outSent >= kMaxQueuedBytes && !conn.readPaused) {
+      ++conn.answers;
+      closeIfDoneLocked(conn);  // the last answer of a half-closed connection: it goes once written
+      if (conn.out.size() - conn.outSent >= kMaxQueuedAnswerBytes && !conn.readPaused) {
         conn.readPaused = true;
         watchLocked(conn);  // epoll_ctl is safe from any thread
       }
@@ -338,6 +346,15 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     if (wake) wakeLoop();
+  }
+
+  // A half-closed connection closes once every request it sent is answered and written: no frame
+  // waits to run (a partial one never completes), every request run has its answer (counted where
+  // the answer is queued, so none is in flight), and then nothing is left to send.
+  void closeIfDoneLocked(Conn& conn) {
+    if (conn.readsDone && !conn.closeWhenSent && !conn.readPaused && conn.answers == conn.requests) {
+      conn.closeWhenSent = true;
+    }
   }
 
   void markDirtyLocked(Conn& conn) {
@@ -384,7 +401,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       conn.outSent = 0;
     }
     const bool full = conn.outSent < conn.out.size();
-    const bool resume = conn.readPaused && conn.out.size() - conn.outSent < kMaxQueuedBytes / 2;
+    const bool resume = conn.readPaused && conn.out.size() - conn.outSent < kMaxQueuedAnswerBytes / 2;
     if (resume) conn.readPaused = false;
     conn.wantWrite = full;
     watchLocked(conn);
@@ -398,7 +415,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
   // over, room to write while answers wait. Level-triggered, so a readable socket that is not
   // read must not be watched for reading.
   void watchLocked(Conn& conn) {
-    const uint32_t want = (conn.readPaused || conn.closeWhenSent ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) |
+    const uint32_t want = (conn.readPaused || conn.closeWhenSent || conn.readsDone ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) |
                           (conn.wantWrite ? static_cast<uint32_t>(EPOLLOUT) : 0u);
     if (want == conn.watched) return;
     conn.watched = want;
@@ -460,14 +477,15 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
         bool close = false;
         {
           std::lock_guard lock(mu_);
-          close = conn->broken;
+          closeIfDoneLocked(*conn);
+          close = conn->broken || (conn->closeWhenSent && conn->outSent == conn->out.size());
         }
         if (close) closeConn(id);
       }
     }
   }
 
-  StoreService& service_;
+  StoreCore& core_;
   const StoreWireServerOptions options_;
   UniqueFd epoll_;
   UniqueFd wake_;
@@ -476,7 +494,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
   v1::StoreRequest request_;  // the server's thread only: reused for every request
   uint64_t nextId_ = 1;       // the server's thread only
   std::deque<std::pair<Clock::time_point, uint64_t>> deadlines_;  // hellos, in arrival order
-  LogLimiter tokenLog_, brokenLog_;
+  LogLimiter brokenLog_;
 
   mutable std::mutex mu_;
   bool stopping_ = false;
@@ -488,8 +506,8 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
   StoreWireServerStats stats_;
 };
 
-StoreWireServer::StoreWireServer(StoreService& service, StoreWireServerOptions options)
-    : impl_(std::make_shared<Impl>(service, std::move(options))) {
+StoreWireServer::StoreWireServer(StoreCore& core, StoreWireServerOptions options)
+    : impl_(std::make_shared<Impl>(core, std::move(options))) {
   impl_->start();
 }
 StoreWireServer::~StoreWireServer() { stop(); }

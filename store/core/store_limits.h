@@ -14,6 +14,12 @@ namespace ddprun {
 
 inline constexpr std::size_t kMaxStoreKeyBytes = 4 * 1024;
 inline constexpr std::size_t kMaxStoreValueBytes = 64 * 1024 * 1024;
+// The largest message of any store transport: a value with its key and framing (the gRPC
+// transport's message limit, rpc/grpc_util.h, is the same number).
+inline constexpr std::size_t kMaxStoreMessageBytes = 80 * 1024 * 1024;
+// A connection stops reading requests while this much of its answers waits for a client that does
+// not read them, whatever the transport: a client cannot grow the server's memory by not reading.
+inline constexpr std::size_t kMaxQueuedAnswerBytes = 64 * 1024 * 1024;
 
 // Throws ConfigError for an empty key or one over kMaxStoreKeyBytes.
 inline void validateStoreKey(const std::string& key) {

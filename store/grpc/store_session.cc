@@ -1,18 +1,19 @@
-#include "store/store_session.h"
+#include "store/grpc/store_session.h"
 
 #include <chrono>
 #include <utility>
 
 #include "rpc/grpc_util.h"
-#include "store/store_service.h"
+#include "store/core/store_limits.h"
+#include "store/grpc/store_service.h"
 
 namespace ddprun {
 
 namespace {
 
-// Reading pauses while this much is queued for a client that does not read its answers.
+// Reading pauses while this many answers are queued for a client that does not read them (or
+// kMaxQueuedAnswerBytes, store_limits.h).
 constexpr std::size_t kMaxQueuedResponses = 256;
-constexpr std::size_t kMaxQueuedBytes = 64 * 1024 * 1024;
 
 }  // namespace
 
@@ -21,7 +22,7 @@ StoreSession::StoreSession(StoreService& service) : service_(service) {}
 StoreSession* StoreSession::start(std::shared_ptr<StoreSession> session, const grpc::Status& admission) {
   StoreSession* raw = session.get();
   std::weak_ptr<StoreSession> weak = session;
-  raw->handler_ = std::make_shared<StoreRequestHandler>(raw->service_, [weak](v1::StoreResponse&& response) {
+  raw->handler_ = std::make_shared<StoreRequestHandler>(raw->service_.core(), [weak](v1::StoreResponse&& response) {
     if (auto self = weak.lock()) self->queueResponse(std::move(response));
   });
   raw->self_ = std::move(session);
@@ -50,6 +51,10 @@ void StoreSession::OnReadDone(bool ok) {
     readsDone_ = true;
     finishIfIdleLocked();
     return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    ++requests_;
   }
   handler_->handle(request_);
   std::lock_guard lock(mutex_);
@@ -101,6 +106,7 @@ void StoreSession::OnDone() {
 void StoreSession::queueResponse(v1::StoreResponse response) {
   std::lock_guard lock(mutex_);
   if (ending_) return;
+  ++answers_;
   queuedBytes_ += response.ByteSizeLong();
   queue_.push_back(std::move(response));
   if (!writing_) startWriteLocked();
@@ -133,13 +139,13 @@ void StoreSession::finishLocked(const grpc::Status& status) {
 }
 
 void StoreSession::finishIfIdleLocked() {
-  if (readsDone_ && !ending_ && handler_->idle() && queue_.empty() && !writing_) {
+  if (readsDone_ && !ending_ && answers_ == requests_ && queue_.empty() && !writing_) {
     finishLocked(grpc::Status::OK);
   }
 }
 
 bool StoreSession::queueFullLocked() const {
-  return queue_.size() >= kMaxQueuedResponses || queuedBytes_ >= kMaxQueuedBytes;
+  return queue_.size() >= kMaxQueuedResponses || queuedBytes_ >= kMaxQueuedAnswerBytes;
 }
 
 }  // namespace ddprun

@@ -1,4 +1,4 @@
-#include "store/run_scoped_store.h"
+#include "store/core/run_scoped_store.h"
 
 #include <spdlog/spdlog.h>
 

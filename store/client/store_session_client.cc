@@ -1,4 +1,4 @@
-#include "store/store_session_client.h"
+#include "store/client/store_session_client.h"
 
 #include <algorithm>
 #include <unordered_map>

@@ -1,6 +1,5 @@
-#include "store/store_wire_client.h"
+#include "store/wire/store_wire_client.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -15,10 +14,11 @@
 #include <unordered_map>
 
 #include "common/backoff.h"
+#include "common/connect.h"
 #include "common/error.h"
 #include "common/net.h"
 #include "common/unique_fd.h"
-#include "store/store_wire.h"
+#include "store/wire/store_wire.h"
 
 namespace ddprun::detail {
 
@@ -115,38 +115,20 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
     storewire::appendFrame(hello, h);
   }
   while (true) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* results = nullptr;
-    const std::string service = std::to_string(port);
-    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results);
-    if (rc != 0) why = std::string("cannot resolve '") + host + "': " + ::gai_strerror(rc);
-    for (addrinfo* ai = rc == 0 ? results : nullptr; ai; ai = ai->ai_next) {
-      UniqueFd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-      if (!fd) continue;
-      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
-        why = std::strerror(errno);
-        continue;
+    // One address that accepts a connection per attempt (each at most a second), then its hello;
+    // a break ends the attempt.
+    Connected c = connectWithin(host, port, deadline, std::chrono::seconds(1));
+    do {
+      if (!c.fd) {
+        why = c.why;
+        break;
       }
-      pollfd p{fd.get(), POLLOUT, 0};
-      int err = 0;
-      socklen_t len = sizeof(err);
-      if (::poll(&p, 1, std::min(msUntil(deadline), 1000)) <= 0) {
-        why = "connect timed out";
-        continue;
-      }
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        why = std::strerror(err);
-        continue;
-      }
+      UniqueFd fd = std::move(c.fd);
       int one = 1;
       ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       ::setsockopt(fd.get(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
       std::size_t sent = 0;
-      if (!sendAll(fd.get(), hello, deadline, &sent, &why)) continue;
+      if (!sendAll(fd.get(), hello, deadline, &sent, &why)) break;
       // The answer: the magic and a frame, or anything else from a server that does not speak it.
       auto conn = std::make_shared<Conn>();
       conn->reader.setMaxFrameBytes(storewire::kMaxHelloBytes);
@@ -178,7 +160,6 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
           if (next == storewire::FrameReader::Next::kFrame) {
             if (answer.status().code() == kUnauthenticated) {
               *refused = answer.status().message();
-              if (results) ::freeaddrinfo(results);
               return nullptr;
             }
             if (answer.status().code() != 0) {
@@ -187,7 +168,6 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
             }
             conn->reader.setMaxFrameBytes(storewire::kMaxFrameBytes);
             conn->fd = std::move(fd);
-            if (results) ::freeaddrinfo(results);
             return conn;
           }
         }
@@ -213,13 +193,11 @@ std::shared_ptr<StoreWireClient::Conn> StoreWireClient::connect(std::string* ref
         // connection limit), or a close without a word from one that does not know the magic.
         if (first) {
           opened_ = Opened::kNotWire;
-          if (results) ::freeaddrinfo(results);
           return nullptr;
         }
         why = "the server does not speak the store's framing";
       }
-    }
-    if (results) ::freeaddrinfo(results);
+    } while (false);
     if (Clock::now() >= deadline) {
       throw ConnectionError("cannot connect to the store at " + options_.address + " within " +
                             std::to_string(options_.connectTimeout.count()) + " ms: " + why);

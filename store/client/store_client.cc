@@ -1,4 +1,4 @@
-#include "store/store_client.h"
+#include "store/client/store_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -10,9 +10,9 @@
 #include "common/error.h"
 #include "ddprun/v1/store.grpc.pb.h"
 #include "rpc/grpc_util.h"
-#include "store/store_limits.h"
-#include "store/store_session_client.h"
-#include "store/store_wire_client.h"
+#include "store/core/store_limits.h"
+#include "store/client/store_session_client.h"
+#include "store/wire/store_wire_client.h"
 
 namespace ddprun {
 

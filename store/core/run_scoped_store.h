@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/store_limits.h"
+#include "store/core/store_limits.h"
 
 namespace ddprun {
 

@@ -1,16 +1,15 @@
-#include "store/store_request_handler.h"
+#include "store/core/store_request_handler.h"
 
 #include <chrono>
 #include <utility>
 
-#include "store/store_limits.h"
-#include "store/store_service.h"
-#include "store/store_session_ops.h"
+#include "store/core/store_limits.h"
+#include "store/core/store_ops.h"
 
 namespace ddprun {
 
-StoreRequestHandler::StoreRequestHandler(StoreService& service, Respond respond)
-    : service_(service), respond_(std::move(respond)) {}
+StoreRequestHandler::StoreRequestHandler(StoreCore& core, Respond respond)
+    : core_(core), respond_(std::move(respond)) {}
 
 void StoreRequestHandler::end() {
   std::vector<RunScopedStore::WaitId> armed;
@@ -19,12 +18,7 @@ void StoreRequestHandler::end() {
     ending_ = true;
     armed = takeArmedLocked();
   }
-  for (auto id : armed) service_.store_.cancelWait(id);
-}
-
-bool StoreRequestHandler::idle() const {
-  std::lock_guard lock(mutex_);
-  return pending_.empty();
+  for (auto id : armed) core_.store().cancelWait(id);
 }
 
 void StoreRequestHandler::handle(v1::StoreRequest& request) {
@@ -34,11 +28,11 @@ void StoreRequestHandler::handle(v1::StoreRequest& request) {
   }
   v1::StoreResponse response;
   response.set_id(request.id());
-  grpc::Status status;
+  StoreStatus status;
   try {
-    status = detail::runQuickOp(service_.store_, service_.options_, request, response);
+    status = detail::runQuickOp(core_, request, response);
   } catch (...) {
-    status = detail::statusFromCurrentException();
+    status = StoreStatus::fromCurrentException();
   }
   respond(std::move(response), status);
 }
@@ -48,7 +42,7 @@ void StoreRequestHandler::handleBlocking(v1::StoreRequest& request) {
   wait.requestId = request.id();
   v1::StoreResponse response;
   response.set_id(request.id());
-  grpc::Status status;
+  StoreStatus status;
   try {
     const v1::Scope* scope = nullptr;
     if (request.has_get()) {
@@ -63,9 +57,9 @@ void StoreRequestHandler::handleBlocking(v1::StoreRequest& request) {
       wait.keys.assign(r.keys().begin(), r.keys().end());
       wait.timeoutMs = r.timeout_ms();
     }
-    status = detail::roundStatus(service_.options_, *scope);
+    wait.scope = detail::toScope(*scope);
+    status = core_.roundStatus(wait.scope);
     if (status.ok()) {
-      wait.scope = detail::toScope(*scope);
       // The common case first: the keys exist, and no wait is registered at all.
       if (!fillSatisfied(wait, response)) {
         if (wait.timeoutMs > 0) {
@@ -73,29 +67,29 @@ void StoreRequestHandler::handleBlocking(v1::StoreRequest& request) {
           addPending(std::move(wait));
           return;
         }
-        auto failure = detail::waitFailure(service_.store_, service_.options_, wait.scope, wait.keys, 0);
+        auto failure = core_.waitFailure(wait.scope, wait.keys, 0);
         if (failure) {
           status = *failure;
         } else if (!fillSatisfied(wait, response)) {  // set and deleted again meanwhile
-          status = {grpc::StatusCode::DEADLINE_EXCEEDED,
+          status = {StoreCode::kDeadlineExceeded,
                     "timed out after 0 ms waiting for store key(s) " + quoteKeys(wait.keys)};
         }
       }
     }
   } catch (...) {
-    status = detail::statusFromCurrentException();
+    status = StoreStatus::fromCurrentException();
   }
   respond(std::move(response), status);
 }
 
 bool StoreRequestHandler::fillSatisfied(const PendingWait& wait, v1::StoreResponse& response) const {
   if (wait.isGet) {
-    auto value = service_.store_.get(wait.scope, wait.keys.front());
+    auto value = core_.store().get(wait.scope, wait.keys.front());
     if (!value) return false;
     response.mutable_get()->set_value(std::move(*value));
     return true;
   }
-  if (!service_.store_.check(wait.scope, wait.keys)) return false;
+  if (!core_.store().check(wait.scope, wait.keys)) return false;
   response.mutable_wait();
   return true;
 }
@@ -109,7 +103,7 @@ void StoreRequestHandler::addPending(PendingWait wait) {
   {
     std::lock_guard lock(mutex_);
     if (ending_) return;
-    if (pending_.size() < service_.options_.maxPendingPerSession) {
+    if (pending_.size() < core_.options().maxPendingPerConnection) {
       slot = nextSlot_++;
       pending_.emplace(slot, std::move(wait));
     }
@@ -118,23 +112,23 @@ void StoreRequestHandler::addPending(PendingWait wait) {
     v1::StoreResponse response;
     response.set_id(requestId);
     respond(std::move(response),
-            {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            {StoreCode::kResourceExhausted,
              "too many pending store waits on one session (limit " +
-                 std::to_string(service_.options_.maxPendingPerSession) + ")"});
+                 std::to_string(core_.options().maxPendingPerConnection) + ")"});
     return;
   }
   std::optional<RunScopedStore::WaitId> id;
-  grpc::Status failure;
+  StoreStatus failure;
   try {
     // The callback may run inside this call (the keys arrived meanwhile) or on any thread.
-    id = service_.store_.waitAsync(scope, std::move(keys), deadline,
+    id = core_.store().waitAsync(scope, std::move(keys), deadline,
                                    [self = shared_from_this(), slot](bool ok) { self->waitDone(slot, ok); });
     if (!id) {
-      failure = {grpc::StatusCode::RESOURCE_EXHAUSTED,
+      failure = {StoreCode::kResourceExhausted,
                  "too many pending store waits for run '" + scope.runId + "'"};
     }
   } catch (...) {
-    failure = detail::statusFromCurrentException();
+    failure = StoreStatus::fromCurrentException();
   }
   bool cancelNow = false;
   {
@@ -154,12 +148,12 @@ void StoreRequestHandler::addPending(PendingWait wait) {
     respond(std::move(response), failure);
   } else if (cancelNow) {
     // The session ended while this wait was being registered: end() could not see its id.
-    if (service_.store_.cancelWait(*id)) {
+    if (core_.store().cancelWait(*id)) {
       std::lock_guard lock(mutex_);
       pending_.erase(slot);
     }
   } else {
-    service_.wakeTimer(deadline);
+    core_.wakeTimer(deadline);
   }
 }
 
@@ -174,11 +168,10 @@ void StoreRequestHandler::waitDone(uint64_t slot, bool satisfied) {
   }
   v1::StoreResponse response;
   response.set_id(wait.requestId);
-  grpc::Status status;
+  StoreStatus status;
   try {
     if (!satisfied) {
-      auto failure = detail::waitFailure(service_.store_, service_.options_, wait.scope, wait.keys,
-                                         wait.timeoutMs);
+      auto failure = core_.waitFailure(wait.scope, wait.keys, wait.timeoutMs);
       if (failure) status = *failure;
     }
     if (status.ok() && !fillSatisfied(wait, response)) {
@@ -187,12 +180,12 @@ void StoreRequestHandler::waitDone(uint64_t slot, bool satisfied) {
       return;
     }
   } catch (...) {
-    status = detail::statusFromCurrentException();
+    status = StoreStatus::fromCurrentException();
   }
   respond(std::move(response), status);
 }
 
-void StoreRequestHandler::respond(v1::StoreResponse response, const grpc::Status& status) {
+void StoreRequestHandler::respond(v1::StoreResponse response, const StoreStatus& status) {
   if (!status.ok()) {
     response.clear_result();
     detail::setStatus(response, status);

@@ -1,7 +1,7 @@
 // The store's own framing ("store wire"): the workers' store operations over a plain TCP
 // connection to the rendezvous server's port, without HTTP/2. It carries the same messages as the
 // gRPC Session stream (StoreRequest, StoreResponse of store.proto), so the server runs them with
-// the same code (StoreRequestHandler); what it saves is gRPC's per-message cost and, behind the
+// the same code (StoreRequestHandler, store/core/); what it saves is gRPC's per-message cost and, behind the
 // connection guard, the relay's hop (bench/RESULTS_MULTINODE.md, "The store's own framing").
 //
 //   client: kMagic, then a frame holding a StoreHello (the job token), then StoreRequest frames
@@ -22,14 +22,14 @@
 #include <string>
 #include <string_view>
 
-#include "rpc/grpc_util.h"
+#include "store/core/store_limits.h"
 
 namespace ddprun::storewire {
 
 inline constexpr std::string_view kMagic{"DDPSTORE", 8};
-// The largest frame either side takes: as the gRPC transport's message limit (a 64 MiB value
-// with its key and framing).
-inline constexpr std::size_t kMaxFrameBytes = static_cast<std::size_t>(kMaxMessageBytes);
+// The largest frame either side takes: the store's message limit (a 64 MiB value with its key and
+// framing), as on the gRPC transport.
+inline constexpr std::size_t kMaxFrameBytes = kMaxStoreMessageBytes;
 // The largest hello a server reads from a connection that has not shown the token yet.
 inline constexpr std::size_t kMaxHelloBytes = 64 * 1024;
 inline constexpr std::size_t kHeaderBytes = 4;

@@ -1,4 +1,4 @@
-#include "store/store_wire.h"
+#include "store/wire/store_wire.h"
 
 #include <algorithm>
 #include <cstring>

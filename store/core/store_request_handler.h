@@ -1,9 +1,13 @@
 // The operations of one client connection to the store, whatever carries them: a gRPC Session
-// stream (store_session.h) or a connection in the store's own framing (store_wire_server.h).
+// stream or one unary call (store/grpc/), a connection in the store's own framing (store/wire/).
+// This is the one place where a request runs and a wait lives; the adapters only carry bytes.
 //
 // Quick operations answer inside handle(); a Get or Wait whose keys are missing registers the
 // RunScopedStore's asynchronous wait (never blocking the caller's thread) and answers from its
-// callback, from the service's timer at its timeout, or not at all once end() was called. Every
+// callback, from the core's timer at its timeout, or not at all once end() was called. A wait
+// with timeout 0 is answered at once. Every request handed to handle() gets exactly one answer
+// until end(): an adapter that counts both knows when nothing is owed. Half-close is the adapter's
+// to see; the rule for all of them: answer every request already read, then close. Every
 // answer goes to the `respond` sink given at construction, with no lock of the handler held; it
 // may run on any thread (the caller of handle(), a store callback, the timer).
 //
@@ -22,28 +26,22 @@
 #include <vector>
 
 #include "ddprun/v1/store.pb.h"
-#include "store/run_scoped_store.h"
-
-namespace grpc {
-class Status;
-}
+#include "store/core/run_scoped_store.h"
+#include "store/core/store_core.h"
+#include "store/core/store_status.h"
 
 namespace ddprun {
-
-class StoreService;
 
 class StoreRequestHandler : public std::enable_shared_from_this<StoreRequestHandler> {
  public:
   using Respond = std::function<void(v1::StoreResponse&& response)>;
 
-  StoreRequestHandler(StoreService& service, Respond respond);
+  StoreRequestHandler(StoreCore& core, Respond respond);
 
   // Runs `request` (its values are moved out); its answer goes to the sink, now or later.
   void handle(v1::StoreRequest& request);
   // Forgets every pending wait (cancelled in the store) and drops every later answer. Idempotent.
   void end();
-  // Whether no Get or Wait is waiting.
-  bool idle() const;
 
  private:
   // A Get or Wait waiting for its keys.
@@ -63,11 +61,11 @@ class StoreRequestHandler : public std::enable_shared_from_this<StoreRequestHand
   bool fillSatisfied(const PendingWait& wait, v1::StoreResponse& response) const;
   void addPending(PendingWait wait);
   void waitDone(uint64_t slot, bool satisfied);
-  void respond(v1::StoreResponse response, const grpc::Status& status);
+  void respond(v1::StoreResponse response, const StoreStatus& status);
   // Takes every armed wait out of pending_, for the caller to cancel after unlocking.
   std::vector<RunScopedStore::WaitId> takeArmedLocked();
 
-  StoreService& service_;
+  StoreCore& core_;
   const Respond respond_;
   mutable std::mutex mutex_;
   bool ending_ = false;

@@ -3,7 +3,8 @@
 //
 // Requests are read one at a time and run by a StoreRequestHandler (quick ones inline in
 // OnReadDone; a Get or Wait that must wait answers later, from the store's callback or the
-// service's timer, or not at all when the session ends first). Responses carry the request's id and may go out of order; one write is in
+// core's timer, or not at all when the session ends first). After the client half-closes, the
+// session answers what it read and finishes once nothing waits (the rule of every adapter). Responses carry the request's id and may go out of order; one write is in
 // flight at a time, the rest queue. Reading pauses while the queue is long, so that a client that
 // sends without reading stalls on flow control instead of growing the queue.
 //
@@ -24,8 +25,7 @@
 #include <vector>
 
 #include "ddprun/v1/store.pb.h"
-#include "store/run_scoped_store.h"
-#include "store/store_request_handler.h"
+#include "store/core/store_request_handler.h"
 
 namespace ddprun {
 
@@ -70,6 +70,10 @@ class StoreSession final : public grpc::ServerBidiReactor<v1::StoreRequest, v1::
   bool writing_ = false;
   bool readPaused_ = false;  // the queue was full after the last request; OnWriteDone reads on
   bool readsDone_ = false;   // the client half-closed: finish once every answer is out
+  // Requests handed to the handler, and answers queued: each request gets exactly one answer, so
+  // equal counts mean none is owed (pending in the store or on its way from another thread).
+  uint64_t requests_ = 0;
+  uint64_t answers_ = 0;
   bool ending_ = false;      // no request is handled any more
   bool finished_ = false;    // Finish was called
   std::optional<grpc::Status> finishAfterWrite_;
