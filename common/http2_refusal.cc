@@ -1,7 +1,9 @@
 #include "common/http2_refusal.h"
 
+#include <algorithm>
 #include <cstdint>
 
+#include "common/http2_frame_walker.h"
 #include "common/strings.h"
 
 namespace ddprun {
@@ -43,16 +45,23 @@ std::string http2GoAway(std::string_view reason) {
 }
 
 std::optional<std::string> goAwayReason(std::string_view received) {
-  std::size_t i = 0;
-  while (received.size() - i >= 9) {
-    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(received[i + k]); };
-    const std::size_t length = (std::size_t{byte(0)} << 16) | (std::size_t{byte(1)} << 8) | byte(2);
-    const unsigned char type = byte(3);
-    if (received.size() - i - 9 < length) return std::nullopt;  // cut short
-    if (type == kGoaway && length >= 8) return printable(received.substr(i + 9 + 8, length - 8), kMaxReasonBytes);
-    i += 9 + length;
-  }
-  return std::nullopt;
+  Http2FrameWalker walker(/*clientSide=*/false);
+  Http2FrameWalker::Frame frame;
+  std::string payload;
+  std::optional<std::string> reason;
+  walker.feed(
+      received.data(), received.size(), [&](const Http2FrameWalker::Frame& f) { frame = f; },
+      [&](const char* data, std::size_t n) {
+        // Only a GOAWAY's payload is kept, and only as much as a reason may hold.
+        constexpr std::size_t kKept = 8 + kMaxReasonBytes;
+        if (frame.type == kGoaway && payload.size() < kKept) payload.append(data, std::min(n, kKept - payload.size()));
+      },
+      [&] {
+        if (frame.type == kGoaway && frame.length >= 8) reason = printable(std::string_view(payload).substr(8), kMaxReasonBytes);
+        payload.clear();
+      },
+      [&] { return !reason.has_value(); });
+  return reason;  // none, or the stream was cut short before the GOAWAY's end
 }
 
 }  // namespace ddprun

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/secrets.h"
 #include "common/strings.h"
 
 namespace ddprun {
@@ -14,15 +15,6 @@ constexpr unsigned char kEndHeaders = 0x4, kPadded = 0x8, kPriorityFlag = 0x20;
 // The largest dynamic table a client may use here: gRPC's server advertises 4096, and a client
 // that still says more gets a decoding error, which only means giving up.
 constexpr std::size_t kTableBytes = 65536;
-
-// Compares in time that depends only on the lengths (the same rule as rpc's constantTimeEquals;
-// netguard depends on common only).
-bool sameSecret(const uint8_t* a, std::size_t alen, const std::string& b) {
-  if (alen != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < alen; ++i) diff |= static_cast<unsigned char>(a[i] ^ static_cast<unsigned char>(b[i]));
-  return diff == 0;
-}
 
 }  // namespace
 
@@ -107,7 +99,7 @@ void TokenRecognizer::decodeBlock() {
     in += used;
     left -= static_cast<std::size_t>(used);
     if ((flags & NGHTTP2_HD_INFLATE_EMIT) && nv.namelen == key_.size() &&
-        std::equal(key_.begin(), key_.end(), nv.name) && sameSecret(nv.value, nv.valuelen, token_)) {
+        std::equal(key_.begin(), key_.end(), nv.name) && constantTimeEquals(std::string_view(reinterpret_cast<const char*>(nv.value), nv.valuelen), token_)) {
       verdict_ = Verdict::kFound;
       return;
     }
