@@ -185,6 +185,15 @@ struct Failures {
     for (const auto& w : whys) out += w + "\n";
     return out;
   }
+  // What was reported for connections from `address`, a line each, without the address.
+  std::string of(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string out;
+    for (const auto& w : whys) {
+      if (w.rfind(address + ": ", 0) == 0) out += w.substr(address.size() + 2) + "\n";
+    }
+    return out;
+  }
 };
 
 }  // namespace
@@ -327,15 +336,20 @@ TEST_CASE("TLS in the relay: mTLS lets in only a client certificate with an allo
   CHECK(eof);
   CHECK_THAT(failures.all(), Catch::Contains("certificate rejected"));
 
-  // Without a certificate at all: refused too.
+  // Without a certificate at all: refused too, before anything of it reaches gRPC.
   Pair none = makePair();
-  auto n = relay.add(std::move(none.relay), "192.0.2.9", true);
+  auto n = relay.add(std::move(none.relay), "192.0.2.10", true);  // its own address: its own log line
   Client anonymous(none.test.get(), pki.server.cert);
   anonymous.connect();
+  anonymous.write(kPreface);
   end = false;
   anonymous.read(1, &end);
   CHECK(end);
-  (void)n;
+  eof = false;
+  CHECK(readUpTo(n.grpcSide.get(), 1, &eof).empty());
+  CHECK(eof);
+  CHECK_THAT(failures.of("192.0.2.10"), Catch::Contains("peer did not return a certificate"));
+  CHECK(relay.stats().tlsFailed == 2);
 }
 
 TEST_CASE("allowed names: a certificate's CN and SANs against shell patterns", "[tls]") {
