@@ -26,6 +26,7 @@
 // Prints one JSON object. Bounded: --timeout_s ends the run (exit 3) whatever happens; the
 // process ends with _exit, leaving the connections to the kernel. --pause_before_join_ms leaves
 // time to attach a profiler to the daemon between the connect and join phases.
+#include <fmt/core.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_callback.h>
 #include <sys/resource.h>
@@ -431,9 +432,7 @@ class Heartbeats {
 class Json {
  public:
   Json& num(const std::string& key, double v, int precision = 4) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-    return raw(key, buf);
+    return raw(key, fmt::format("{:.{}f}", v, precision));
   }
   Json& integer(const std::string& key, long long v) { return raw(key, std::to_string(v)); }
   Json& str(const std::string& key, const std::string& v) {

@@ -317,7 +317,11 @@ class ConnectionRelay::Impl {
       std::size_t got = 0;
       const auto result = r.tls->read(out, capacity, &got);
       r.tls->takeOutput(r.cipherOut.bytes);
-      if (r.handshake == Relayed::Handshake::kActive && r.tls->established()) endHandshake(r);
+      if (r.handshake == Relayed::Handshake::kActive && r.tls->established()) {
+        endHandshake(r);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.tlsEstablished;
+      }
       switch (result) {
         case TlsSession::Result::kData: return static_cast<ssize_t>(got);
         case TlsSession::Result::kClosed: return 0;
@@ -358,6 +362,8 @@ class ConnectionRelay::Impl {
     } else {
       r.handshake = Relayed::Handshake::kQueued;
       q.waiting.push_back(r.id);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.tlsQueued;
     }
   }
 

@@ -32,6 +32,8 @@ struct ConnectionRelayStats {
   uint64_t recognized = 0;      // trusted at once: the job token was in their request headers
   uint64_t gatedClosed = 0;     // gated connections whose first request lacked the token
   uint64_t tlsFailed = 0;       // TLS handshakes that failed or timed out
+  uint64_t tlsEstablished = 0;  // TLS handshakes that completed
+  uint64_t tlsQueued = 0;       // TLS handshakes that waited for their address's turn (maxHandshakesPerAddress)
 };
 
 // The job token, and the request header that carries it, for the relay to recognize an agent at

@@ -1,8 +1,9 @@
 #include "examples/train/model.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 namespace train {
 
@@ -98,9 +99,7 @@ std::string digest(const std::vector<float>& params) {
       h *= 0x100000001b3ULL;
     }
   }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return fmt::format("{:016x}", h);
 }
 
 double l2(const std::vector<float>& params) {

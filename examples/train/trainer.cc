@@ -24,43 +24,51 @@ constexpr std::size_t kBucketCapBytes = 64 * 1024;
 
 class Trainer {
  public:
-  Trainer(const Options& o, const ddp::Env& env, ddp::Communicator& comm, std::ostream& out)
-      : o_(o), env_(env), comm_(comm), out_(out), data_(static_cast<std::size_t>(o.samples), o.seed),
-        model_(o.seed), reducer_(comm, model_.gradients(), ddp::GradientReducerOptions{kBucketCapBytes, true}),
-        heartbeat_(env), localBatch_(o.batch / comm.size()) {}
+  Trainer(const Options& options, const ddp::Env& env, ddp::Communicator& comm, std::ostream& out)
+      : options_(options),
+        env_(env),
+        comm_(comm),
+        out_(out),
+        data_(static_cast<std::size_t>(options.samples), options.seed),
+        model_(options.seed),
+        reducer_(comm, model_.gradients(), ddp::GradientReducerOptions{kBucketCapBytes, true}),
+        heartbeat_(env),
+        localBatch_(options.batch / comm.size()) {}
 
   int run() {
     const bool leader = comm_.rank() == 0;
     int firstEpoch = 1;
-    if (!o_.checkpoint.empty()) {
-      if (auto c = loadCheckpoint(o_.checkpoint, model_.parameterCount())) {
-        if (c->seed != o_.seed) {
-          throw std::runtime_error("checkpoint " + o_.checkpoint + " was written by a run with --seed " +
-                                   std::to_string(c->seed) + ", not " + std::to_string(o_.seed));
+    if (!options_.checkpoint.empty()) {
+      if (auto c = loadCheckpoint(options_.checkpoint, model_.parameterCount())) {
+        if (c->seed != options_.seed) {
+          throw std::runtime_error("checkpoint " + options_.checkpoint + " was written by a run with --seed " +
+                                   std::to_string(c->seed) + ", not " + std::to_string(options_.seed));
         }
         model_.setFlatParameters(c->params);
         firstEpoch = c->epochsDone + 1;
-        if (leader) out_ << "resumed from epoch " << firstEpoch << " (checkpoint " << o_.checkpoint << ")" << std::endl;
+        if (leader) {
+          out_ << "resumed from epoch " << firstEpoch << " (checkpoint " << options_.checkpoint << ")" << std::endl;
+        }
       }
     }
     if (leader) {
       const auto init = model_.flatParameters();
       out_ << "train: world_size " << comm_.size() << " backend " << ddp::toString(comm_.backend()) << " samples "
-           << data_.size() << " batch " << o_.batch << " (" << localBatch_ << " per rank) params "
+           << data_.size() << " batch " << options_.batch << " (" << localBatch_ << " per rank) params "
            << model_.parameterCount() << std::endl;
       out_ << "start_digest " << digest(init) << " params_l2 " << std::setprecision(6) << std::fixed << l2(init)
            << std::endl;
     }
-    for (int epoch = firstEpoch; epoch <= o_.epochs; ++epoch) {
-      if (epoch == o_.crashAtEpoch && comm_.rank() == 1 && env_.restartCount == 0) {
+    for (int epoch = firstEpoch; epoch <= options_.epochs; ++epoch) {
+      if (epoch == options_.crashAtEpoch && comm_.rank() == 1 && env_.restartCount == 0) {
         std::fprintf(stderr, "rank 1: --crash_at_epoch %d: exiting with code 3\n", epoch);
         std::fflush(nullptr);
         std::_Exit(3);
       }
       const double loss = trainEpoch(epoch);
       if (leader) out_ << "epoch " << epoch << " loss " << std::setprecision(6) << std::fixed << loss << std::endl;
-      if (!o_.checkpoint.empty()) {
-        if (leader) saveCheckpoint(o_.checkpoint, Checkpoint{epoch, o_.seed, model_.flatParameters()});
+      if (!options_.checkpoint.empty()) {
+        if (leader) saveCheckpoint(options_.checkpoint, Checkpoint{epoch, options_.seed, model_.flatParameters()});
         comm_.barrier();  // nobody runs ahead of a checkpoint that is not on disk yet
       }
     }
@@ -75,18 +83,18 @@ class Trainer {
  private:
   // One pass over the data; returns the global mean loss of its samples.
   double trainEpoch(int epoch) {
-    const auto order = epochOrder(data_.size(), o_.seed, epoch);
-    const std::size_t steps = data_.size() / static_cast<std::size_t>(o_.batch);  // drop_last
+    const auto order = epochOrder(data_.size(), options_.seed, epoch);
+    const std::size_t steps = data_.size() / static_cast<std::size_t>(options_.batch);  // drop_last
     const std::size_t world = static_cast<std::size_t>(comm_.size());
     const std::size_t rank = static_cast<std::size_t>(comm_.rank());
     // The reducer averages over ranks; each rank contributes (world / batch) * its gradient sum.
-    const double scale = double(comm_.size()) / double(o_.batch);
+    const double scale = double(comm_.size()) / double(options_.batch);
     double lossSum = 0;
     for (std::size_t s = 0; s < steps; ++s) {
       model_.zeroGrad();
       // DistributedSampler's split of the global batch: rank r takes every world-th sample.
       for (std::size_t j = 0; j < static_cast<std::size_t>(localBatch_); ++j) {
-        const std::size_t i = order[s * static_cast<std::size_t>(o_.batch) + rank + world * j];
+        const std::size_t i = order[s * static_cast<std::size_t>(options_.batch) + rank + world * j];
         lossSum += model_.accumulate(data_.features(i), data_.target(i));
       }
       testHooks(globalStep_ + 1);
@@ -96,7 +104,7 @@ class Trainer {
         reducer_.markReady(static_cast<std::size_t>(t));
       }
       reducer_.finish();
-      model_.step(static_cast<float>(o_.lr));
+      model_.step(static_cast<float>(options_.lr));
       heartbeat_.beat(++globalStep_);
     }
     double totals[2] = {lossSum, double(steps * static_cast<std::size_t>(localBatch_))};
@@ -105,21 +113,23 @@ class Trainer {
   }
 
   void testHooks(int64_t step) {
-    if (comm_.rank() == o_.slowRank && o_.slowMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o_.slowMs));
+    if (comm_.rank() == options_.slowRank && options_.slowMs > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.slowMs));
+    }
     if (comm_.rank() != 1 || env_.restartCount != 0) return;
-    if (step == o_.stallAtStep) {
+    if (step == options_.stallAtStep) {
       std::fprintf(stderr, "rank 1: --stall_at_step %lld: stuck before its all-reduce\n", static_cast<long long>(step));
       std::fflush(nullptr);
       std::this_thread::sleep_for(std::chrono::seconds(600));
     }
-    if (step == o_.leaveAtStep) {
+    if (step == options_.leaveAtStep) {
       std::fprintf(stderr, "rank 1: --leave_at_step %lld: exiting with 0\n", static_cast<long long>(step));
       std::fflush(nullptr);
       std::_Exit(0);
     }
   }
 
-  const Options& o_;
+  const Options& options_;
   const ddp::Env& env_;
   ddp::Communicator& comm_;
   std::ostream& out_;

@@ -1,5 +1,6 @@
 #include "common/logging.h"
 
+#include <fmt/core.h>
 #include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
@@ -23,9 +24,7 @@ std::string shownTime(std::chrono::system_clock::time_point t) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
-  char out[48];
-  std::snprintf(out, sizeof(out), "%s.%03d", buf, static_cast<int>(ms));
-  return out;
+  return fmt::format("{}.{:03d}", buf, ms);
 }
 
 // Restores the default logger that setupLogging replaces.
