@@ -223,15 +223,14 @@ class RendezvousServer::Impl {
 };
 
 RendezvousServerOptions::Guard parseGuard(const std::string& value, const std::string& what) {
-  if (value == "auto") return RendezvousServerOptions::Guard::kAuto;
-  if (value == "on") return RendezvousServerOptions::Guard::kOn;
+  if (value == "on" || value == "auto") return RendezvousServerOptions::Guard::kOn;  // auto: kept, as on
   if (value == "off") return RendezvousServerOptions::Guard::kOff;
   throw ConfigError(what + " must be auto, on or off, not '" + printable(value, 64) + "'");
 }
 
 RendezvousServerOptions::Guard guardFromEnvironment() {
   const char* value = std::getenv("DDPRUN_RDZV_GUARD");
-  return value ? parseGuard(value, "DDPRUN_RDZV_GUARD") : RendezvousServerOptions::Guard::kAuto;
+  return value ? parseGuard(value, "DDPRUN_RDZV_GUARD") : RendezvousServerOptions::Guard::kOn;
 }
 
 void raiseOpenFileLimitForServing(std::size_t reserveFds, bool guard) {

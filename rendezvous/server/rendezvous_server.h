@@ -50,10 +50,10 @@ struct RendezvousServerOptions {
   // reset, which gRPC 1.51 itself does not stop (abuse_guard.h).
   AbuseLimits abuse;
   // Whether connections pass through the frame-counting relay (connection_relay.h), which cuts a
-  // flood of streams or control frames before gRPC reads it. On unless kOff (kAuto, the default,
-  // is on too: every configuration but an explicit off bounds memory under HTTP/2 abuse).
-  enum class Guard { kAuto, kOn, kOff };
-  Guard guard = Guard::kAuto;
+  // flood of streams or control frames before gRPC reads it. On unless kOff: every configuration
+  // but an explicit off bounds memory under HTTP/2 abuse.
+  enum class Guard { kOn, kOff };
+  Guard guard = Guard::kOn;
   // Streams open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). An agent
   // holds one, a store client one. 0: gRPC's default (unlimited).
   int maxStreamsPerConnection = 100;
@@ -72,9 +72,9 @@ struct RendezvousServerOptions {
   MetricsPortOptions metrics;
 };
 
-// "auto", "on" or "off" as a Guard; ConfigError naming `what` otherwise.
+// "on" or "off" as a Guard ("auto", an older spelling of on, too); ConfigError naming `what` otherwise.
 RendezvousServerOptions::Guard parseGuard(const std::string& value, const std::string& what);
-// The guard DDPRUN_RDZV_GUARD asks for (auto when unset), for every server this process hosts:
+// The guard DDPRUN_RDZV_GUARD asks for (on when unset), for every server this process hosts:
 // ddprun-rdzv (its --connection_guard's default) and an agent that hosts its job's rendezvous.
 RendezvousServerOptions::Guard guardFromEnvironment();
 
