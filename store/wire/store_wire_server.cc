@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <deque>
 #include <mutex>
@@ -84,6 +85,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     std::lock_guard lock(mu_);
     StoreWireServerStats s = stats_;
     s.open = conns_.size();
+    s.wakeups = wakeups_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -133,6 +135,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       }
       const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0 && errno != EINTR) break;
+      wakeups_.fetch_add(1, std::memory_order_relaxed);
       for (int i = 0; i < n; ++i) {
         const uint64_t key = events[i].data.u64;
         if (key == kWakeKey) {
@@ -493,6 +496,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
   std::thread::id threadId_;
   v1::StoreRequest request_;  // the server's thread only: reused for every request
   uint64_t nextId_ = 1;       // the server's thread only
+  std::atomic<uint64_t> wakeups_{0};
   std::deque<std::pair<Clock::time_point, uint64_t>> deadlines_;  // hellos, in arrival order
   LogLimiter brokenLog_;
 

@@ -38,6 +38,7 @@ struct StoreWireServerStats {
   uint64_t open = 0;         // open now
   uint64_t refusedToken = 0;  // closed: their hello lacked the job token
   uint64_t closedBroken = 0;  // closed: no hello in time, too large a frame, or unreadable bytes
+  uint64_t wakeups = 0;       // times the server's thread woke: a paused or idle server must not spin
 };
 
 class StoreWireServer {
