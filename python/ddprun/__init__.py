@@ -70,8 +70,13 @@ def _inherited_channel():
     if not value.isdigit():
         return None
     try:
-        sock = socket.socket(fileno=os.dup(int(value)))
+        fd = os.dup(int(value))
     except OSError:
+        return None
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # not a socket
+        os.close(fd)
         return None
     if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_SEQPACKET:
         sock.close()
@@ -174,7 +179,9 @@ class _Channel:
             self._time_sum, self._time_count = 0.0, 0
         data = _format(self._rank, max(self.step, 0), current, seconds).encode()
         if self._address is None:
-            self._sock.send(data, socket.MSG_DONTWAIT)
+            # MSG_NOSIGNAL: the agent gone is an error here, not a SIGPIPE (a script may have
+            # restored its default action).
+            self._sock.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
         else:
             self._sock.sendto(data, self._address)
 

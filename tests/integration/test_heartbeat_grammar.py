@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -104,6 +105,16 @@ class TransportTest(unittest.TestCase):
         os.environ["DDPRUN_HEARTBEAT_SOCKET"] = "@ddprun-test-unused"
         ddprun.report_step(7)
         self.assertEqual(pair.next(), "4 7\n")
+
+    def test_the_agent_gone_is_no_error_of_the_training(self):
+        channel = Channel(self, "1")
+        ddprun.report_step(1)
+        self.assertEqual(channel.next(), "1 1\n")
+        previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a script may have it
+        self.addCleanup(signal.signal, signal.SIGPIPE, previous)
+        channel.agent.close()
+        ddprun.report_step(2)  # EPIPE: dropped, never raised
+        ddprun.report_step(3)
 
     def test_a_forked_child_beats_on_the_channel_with_a_descriptor_of_its_own(self):
         channel = Channel(self, "5")
