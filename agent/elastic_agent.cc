@@ -19,6 +19,7 @@
 #include "agent/progress_judge.h"
 #include "agent/stack_dump.h"  // isPythonProcess
 #include "agent/straggler_detector.h"
+#include "agent/straggler_reports.h"
 #include "agent/worker_group.h"
 #include "agent/worker_specs.h"
 #include "common/error.h"
@@ -122,23 +123,7 @@ class ElasticAgent::Impl {
   void onJobHealth(const JobHealthView& view) {
     if (finished_) return;
     hang_.adoptSections(view.sections);
-    std::set<int> now;
-    for (const auto& s : view.stragglers) {
-      now.insert(s.rank);
-      if (jobStragglers_.count(s.rank)) continue;
-      char text[160];
-      std::snprintf(text, sizeof(text), "takes %.4fs of its own work per step, %.1fx the job's median %.4fs of %d ranks",
-                    s.seconds, view.medianSeconds > 0 ? s.seconds / view.medianSeconds : 0.0, view.medianSeconds,
-                    view.ranks);
-      spdlog::warn("straggler across the job: rank {} on node {} {}", s.rank, s.node, text);
-      emitStraggler(s.rank, s.seconds, false, std::string("across the job, on node ") + s.node + ": " + text);
-    }
-    for (int rank : jobStragglers_) {
-      if (now.count(rank)) continue;
-      spdlog::warn("straggler across the job: rank {} is back near the job's median", rank);
-      emitStraggler(rank, 0, true, "across the job: back near the job's median");
-    }
-    jobStragglers_ = std::move(now);
+    for (auto& report : jobStragglers_.update(view)) tellStraggler(std::move(report));
   }
 
   void onJobClosed(const JobClosure& closure) {
@@ -250,20 +235,18 @@ class ElasticAgent::Impl {
   // --- stragglers (agent/straggler_detector.h) -------------------------------------------------
 
   void onStepTime(int rank, double seconds) {
-    for (const auto& c : stragglers_.observe(rank, seconds, std::chrono::steady_clock::now())) {
-      char text[256];
-      if (c.straggling) {
-        std::snprintf(text, sizeof(text),
-                      "straggler: rank %d takes %.4fs of its own work per step (median of its last steps), "
-                      "%.1fx the median %.4fs of the %d ranks on this node",
-                      c.rank, c.seconds, c.median > 0 ? c.seconds / c.median : 0.0, c.median, c.ranks);
-      } else {
-        std::snprintf(text, sizeof(text), "straggler: rank %d is back to %.3fs per step (median %.3fs)", c.rank,
-                      c.seconds, c.median);
-      }
-      spdlog::warn("{}", text);
-      emitStraggler(c.rank, c.seconds, !c.straggling, text);
+    for (const auto& change : stragglers_.observe(rank, seconds, std::chrono::steady_clock::now())) {
+      tellStraggler(describeStraggler(change));
     }
+  }
+
+  void tellStraggler(StragglerReport report) {
+    spdlog::warn("{}", report.line);
+    AgentEvent e = agentEvent(AgentEvent::Kind::kStraggler, attempt_.round.round, std::move(report.reason));
+    e.rank = report.rank;
+    e.seconds = report.seconds;
+    e.back = report.back;
+    emit(std::move(e));
   }
 
   // This node's part of the job-wide health view (rendezvous/rules/job_health.h): its ranks'
@@ -476,14 +459,6 @@ class ElasticAgent::Impl {
     e.time = std::chrono::system_clock::now();
     for (auto& o : options_.observers) o->onEvent(e);
   }
-  void emitStraggler(int rank, double seconds, bool back, std::string reason) {
-    AgentEvent e = agentEvent(AgentEvent::Kind::kStraggler, attempt_.round.round, std::move(reason));
-    e.rank = rank;
-    e.seconds = seconds;
-    e.back = back;
-    emit(std::move(e));
-  }
-
   // As torch's SimpleElasticAgent at the end of run(): one event per worker of the last group, then
   // the agent's.
   void recordStatusEvents(int status) {
@@ -520,7 +495,7 @@ class ElasticAgent::Impl {
   ProgressJudge progress_;  // --stop_without_progress
   StragglerDetector stragglers_;
   boost::asio::steady_timer healthTimer_;
-  std::set<int> jobStragglers_;  // the stragglers of the job-wide view last told
+  JobStragglers jobStragglers_;  // what the job-wide view said last
   boost::asio::steady_timer finishTimer_;  // --finish_timeout, of the current attempt
   boost::asio::steady_timer dumpTimer_;    // a hang's stack dumps, of the current attempt
   std::optional<FailureReportInput> lastFailure_;
