@@ -51,6 +51,7 @@ class Heartbeat {
   // A named phase (a checkpoint, an evaluation): beats on entry and on leaving, and a rank
   // declared hung inside it is reported with the section's name. Sections nest. The name is made
   // one token of [A-Za-z0-9._:-], at most 64 bytes, as the Python package's ddprun.section().
+  // A Section must not outlive its Heartbeat.
   class Section {
    public:
     ~Section();
