@@ -777,7 +777,7 @@ TEST_CASE("heartbeat hang: a rank that finished is not watched, and beats of a s
   CHECK(h.statuses == std::vector<int>{0});
 }
 
-TEST_CASE("--stop_without_progress: restarts that beat no step beyond the best before end the job",
+TEST_CASE("stop without progress: restarts that beat no step beyond the best before end the job",
           "[agent][hang]") {
   AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 5, .stopWithoutProgress = 1});
   h.start();
@@ -800,7 +800,7 @@ TEST_CASE("--stop_without_progress: restarts that beat no step beyond the best b
   CHECK_THAT(h.errText(), Catch::Contains("1 restarts in a row made no progress (no rank beat a step beyond 12"));
 }
 
-TEST_CASE("--stop_without_progress: ranks that never beat are not judged", "[agent][hang]") {
+TEST_CASE("stop without progress: ranks that never beat are not judged", "[agent][hang]") {
   AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 2, .stopWithoutProgress = 1});
   h.start();
   for (pid_t pid = 1000; pid < 1003; ++pid) {

@@ -31,7 +31,7 @@ TEST_CASE("exit: a job that succeeded exits 0 and says nothing", "[agent][exit]"
   CHECK(d.error.empty());
 }
 
-TEST_CASE("exit: every node exits with the job's first failure; the node that had it prints its report",
+TEST_CASE("exit: every node exits with the job's first failure, and the node that had it prints its report",
           "[agent][exit]") {
   JobClosure closure;
   closure.reason = "a worker failed";
@@ -53,7 +53,7 @@ TEST_CASE("exit: every node exits with the job's first failure; the node that ha
   CHECK_THAT(secondHere.error, Catch::StartsWith("job failed: worker rank 3"));
 }
 
-TEST_CASE("exit: without a worker failure, the closure's status; an excluded node exits 201", "[agent][exit]") {
+TEST_CASE("exit: without a worker failure the closure's status, and an excluded node exits 201", "[agent][exit]") {
   JobClosure closure;
   closure.reason = "the rendezvous is gone";
   const auto infra = decideExit(closure, std::nullopt);

@@ -45,7 +45,7 @@ TEST_CASE("hang detector: a finished rank is not watched, but its steps count fo
   CHECK_FALSE(d.check(t0 + 2s));
 }
 
-TEST_CASE("hang detector: disarmed, nothing is taken or reported; a timeout of 0 only listens", "[hang]") {
+TEST_CASE("hang detector: disarmed, nothing is taken or reported, and a timeout of 0 only listens", "[hang]") {
   HangDetector d(1s);
   CHECK_FALSE(d.observe(HeartbeatMessage{0, 5, "", std::nullopt}, t0));  // not armed yet
   d.arm();

@@ -18,7 +18,7 @@ TEST_CASE("progress: K restarts in a row without a new best step stop the job", 
                        "attempts before): the job is stopped instead of restarted again (--stop_without_progress=2)");
 }
 
-TEST_CASE("progress: a new best step resets the streak; ranks that never beat are not judged", "[agent][progress]") {
+TEST_CASE("progress: a new best step resets the streak, and ranks that never beat are not judged", "[agent][progress]") {
   ProgressJudge judge(1);
   judge.judge(10, true, 0);
   judge.judge(11, true, 1);
