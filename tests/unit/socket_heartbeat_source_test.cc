@@ -32,6 +32,17 @@ void sendNamed(const std::string& name, const std::string& text) {
   ::close(fd);
 }
 
+// A source of one attempt that keeps every beat it delivers.
+struct Source {
+  Source() {
+    source.setOnBeat([this](const HeartbeatMessage& m) { beats.push_back(m); });
+    source.newAttempt();
+  }
+  boost::asio::io_context io;
+  SocketHeartbeatSource source{io};
+  std::vector<HeartbeatMessage> beats;
+};
+
 void pump(boost::asio::io_context& io) {
   io.restart();
   while (io.poll() > 0) {
@@ -42,11 +53,8 @@ void pump(boost::asio::io_context& io) {
 
 TEST_CASE("socket heartbeat source: a channel per worker, inherited by number, and the named socket beside it",
           "[heartbeat]") {
-  boost::asio::io_context io;
-  SocketHeartbeatSource source(io);
-  std::vector<HeartbeatMessage> beats;
-  source.setOnBeat([&](const HeartbeatMessage& m) { beats.push_back(m); });
-  source.newAttempt();
+  Source s;
+  auto& [io, source, beats] = s;
   const auto end = source.openChannel(0);
   REQUIRE(end.fd >= 0);
   CHECK((::fcntl(end.fd, F_GETFD) & FD_CLOEXEC) != 0);  // no other child may inherit it
@@ -75,11 +83,8 @@ TEST_CASE("socket heartbeat source: a channel per worker, inherited by number, a
 
 TEST_CASE("socket heartbeat source: a new attempt drops what the old one queued, and drain() reads at once",
           "[heartbeat]") {
-  boost::asio::io_context io;
-  SocketHeartbeatSource source(io);
-  std::vector<HeartbeatMessage> beats;
-  source.setOnBeat([&](const HeartbeatMessage& m) { beats.push_back(m); });
-  source.newAttempt();
+  Source s;
+  auto& [io, source, beats] = s;
   const auto end = source.openChannel(0);
   const int worker = ::fcntl(end.fd, F_DUPFD_CLOEXEC, 3);  // as the worker holds it after the spawn
   source.workersSpawned();
