@@ -14,6 +14,7 @@
 
 #include "agent/agent_events.h"
 #include "agent/console_writer.h"
+#include "agent/heartbeat_source.h"
 #include "agent/log_options.h"
 #include "agent/process_supervisor.h"
 #include "rendezvous/client/rendezvous.h"
@@ -79,6 +80,11 @@ struct AgentOptions {
   // Told every event of this node (agent_events.h): its --timeline file, its metrics port.
   std::vector<std::shared_ptr<AgentObserver>> observers;
   std::string nodeId;  // this node's id in the job, for its events (empty: the host)
+  // The workers' heartbeat channels (SocketHeartbeatSource; a fake in tests); null: no worker
+  // beats, and every rank is judged by --finish_timeout alone.
+  std::shared_ptr<HeartbeatSource> heartbeats;
+  // The clock heartbeats are judged by (silence, --finish_timeout's "beat within"); tests fake it.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 class ElasticAgent final : public RendezvousListener {

@@ -1,27 +1,22 @@
-// Detects hung ranks: workers that use the SDK (or the Python package `ddprun`, python/) send
-// "RANK STEP" datagrams to a unix socket named in DDPRUN_HEARTBEAT_SOCKET, optionally followed by
-// key=value tokens (section=NAME: the named phase the rank is in, such as a checkpoint; unknown
-// keys are ignored, so that senders may add some; time=SECONDS: the step's compute time, for
-// stragglers); a rank that has beaten once and then stays
-// silent for the timeout is reported as hung (with its last step and section), so a stuck
-// collective is found without waiting out its own timeout. Ranks that never beat (programs
-// without the SDK or the package) are never reported. With a timeout of 0 it only listens: the
-// agent asks it whether a rank is alive (--finish_timeout) and how far the attempt got.
+// Hang evidence from heartbeats (docs/heartbeat.md): the beats of the current attempt, as a
+// HeartbeatSource delivers them, and a clock the caller reads. A rank that has beaten once and
+// then stays silent for the timeout is hung (with its last step and section), so a stuck
+// collective is found without waiting out its own timeout. Ranks that never beat (programs without
+// the SDK or the package) are never reported. With a timeout of 0 it only keeps the beats: the
+// agent asks it whether a rank is alive (--finish_timeout) and how far the attempt got
+// (--stop_without_progress). No I/O and no timer of its own: the agent calls check() every
+// checkPeriod().
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
-#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "agent/hang_calibration.h"
-
-namespace boost::asio {
-class io_context;
-}
+#include "common/heartbeat_message.h"
 
 namespace ddprun {
 
@@ -36,38 +31,49 @@ struct HungRank {
 
 class HangDetector {
  public:
-  using OnHung = std::function<void(const HungRank&)>;
+  using Clock = std::chrono::steady_clock;
 
-  // Binds an abstract-namespace unix datagram socket. Throws SystemError. timeout 0: never
-  // reports a rank hung.
-  HangDetector(boost::asio::io_context& io, std::chrono::milliseconds timeout, OnHung onHung);
+  // timeout 0: never reports a rank hung.
+  explicit HangDetector(std::chrono::milliseconds timeout);
   // --hang_timeout=auto: the bound is learned from the beats (agent/hang_calibration.h).
-  HangDetector(boost::asio::io_context& io, HangCalibrationRules rules, OnHung onHung);
-  ~HangDetector();
+  explicit HangDetector(HangCalibrationRules rules);
 
-  // The value for DDPRUN_HEARTBEAT_SOCKET ("@" + abstract name).
-  const std::string& socketName() const;
-  // A new attempt starts: forget every rank and drop datagrams of the previous attempt.
+  // How often check() should run; 0: never (listening only).
+  std::chrono::milliseconds checkPeriod() const;
+  // A new attempt starts: forget every rank.
   void arm();
   // Stop reporting (the group is stopping); arm() starts again.
   void disarm();
   // The rank exited (0): it beats no more and is no longer watched in this attempt.
   void forget(int rank);
+  // A beat at `now`. True when it comes from a live rank of the armed attempt (its step time
+  // then counts for stragglers).
+  bool observe(const HeartbeatMessage& beat, Clock::time_point now);
+  // The first rank of the armed attempt silent past its bound, once per attempt.
+  std::optional<HungRank> check(Clock::time_point now);
   // How long since the rank's last beat in this attempt; nullopt if it has not beaten.
-  std::optional<std::chrono::milliseconds> silentFor(int rank);
+  std::optional<std::chrono::milliseconds> silentFor(int rank, Clock::time_point now) const;
   // The highest step any rank beat in this attempt (finished ranks included); nullopt: no beat.
-  std::optional<int64_t> bestStep();
-  // Called, on the event loop, for every beat of the armed attempt that carries a step's compute
-  // time ("time=SECONDS": libddp's GradientReducer, ddprun.report_step(step, seconds)).
-  void setOnStepTime(std::function<void(int rank, double seconds)> onStepTime);
+  std::optional<int64_t> bestStep() const { return bestStep_; }
   // --hang_timeout=auto: what this node learned per section, and bounds learned elsewhere in the
   // job (the longer wins). Empty / ignored with a fixed timeout.
   std::map<std::string, std::chrono::milliseconds> learnedSections() const;
   void adoptSections(const std::map<std::string, std::chrono::milliseconds>& sections);
 
  private:
-  class Impl;
-  std::shared_ptr<Impl> impl_;  // shared with pending handlers
+  struct Beat {
+    Clock::time_point at;
+    int64_t step = 0;
+    std::string section;
+  };
+
+  std::chrono::milliseconds timeout_;
+  std::map<int, Beat> beats_;
+  std::set<int> finished_;  // ranks that exited in this attempt
+  std::optional<int64_t> bestStep_;
+  std::optional<HangCalibration> calibration_;
+  bool armed_ = false;     // beats of the current attempt are taken
+  bool reported_ = false;  // a rank of this attempt was reported hung
 };
 
 }  // namespace ddprun

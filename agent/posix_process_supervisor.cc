@@ -118,6 +118,7 @@ class PosixProcessSupervisor::Impl {
     spec.envp = envp.data();
     spec.stdoutFd = request.stdoutFd;
     spec.stderrFd = request.stderrFd;
+    spec.inheritFd = request.inheritFd;
     rlimit now{};
     const bool raised = haveWorkerFileLimit_ && ::getrlimit(RLIMIT_NOFILE, &now) == 0 &&
                         (now.rlim_cur != workerFileLimit_.rlim_cur || now.rlim_max != workerFileLimit_.rlim_max);

@@ -20,6 +20,9 @@ struct SpawnRequest {
   int stdoutFd = -1;               // becomes the child's fd 1; -1 inherits the agent's
   int stderrFd = -1;               // becomes the child's fd 2; -1 inherits the agent's
   std::vector<int> cpus;           // CPU affinity of the child (--numa_binding); empty inherits
+  // An fd of the agent that the child keeps open, at the same number (the worker's end of its
+  // heartbeat channel, docs/heartbeat.md); -1: none. Every other fd above 2 is closed on exec.
+  int inheritFd = -1;
 };
 
 // How a process ended: exitCode when it exited, signal when a signal killed it.

@@ -51,6 +51,8 @@ struct ChildContext {
   if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (unsigned fd = 3; fd < spec.maxFd; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   }
+  // The worker's channel end: CLOEXEC in the agent (no other worker may inherit it), not here.
+  if (spec.inheritFd >= 0) ::fcntl(spec.inheritFd, F_SETFD, 0);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -24,6 +24,7 @@ struct WorkerSpawnSpec {
   char* const* envp = nullptr;    // null-terminated: the whole environment
   int stdoutFd = -1;              // becomes fd 1; -1 inherits
   int stderrFd = -1;              // becomes fd 2; -1 inherits
+  int inheritFd = -1;             // stays open across exec at its number (the heartbeat channel); -1: none
   unsigned maxFd = 65536;         // fds 3..maxFd are closed on exec when close_range is missing
   const rlimit* fileLimit = nullptr;  // RLIMIT_NOFILE to restore (the agent raised its own)
   const cpu_set_t* cpus = nullptr;    // affinity to set, or null to inherit
@@ -45,7 +46,8 @@ struct SpawnResult {
 
 // Starts the child in a process group of its own, in the job cgroup, dying with the calling
 // thread (PR_SET_PDEATHSIG), with default handlers for every signal the agent catches and
-// SIGPIPE, an empty signal mask, no fd of the agent above 2, and then execs spec.path. Returns
+// SIGPIPE, an empty signal mask, no fd of the agent above 2 but spec.inheritFd, and then execs
+// spec.path. Returns
 // only after the exec succeeded or failed (the child runs on the agent's memory until then).
 // When clone3 fails (seccomp filters in some container runtimes answer ENOSYS or EPERM, kernels
 // before 5.7 EINVAL, a cgroup we may not enter EACCES), falls back to kVfork; unless the failure

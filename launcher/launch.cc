@@ -20,6 +20,7 @@
 #include "agent/elastic_agent.h"
 #include "launcher/cli.h"
 #include "agent/posix_process_supervisor.h"
+#include "agent/socket_heartbeat_source.h"
 #include "agent/timeline.h"
 #include "agent/worker_env.h"
 #include "common/error.h"
@@ -149,6 +150,9 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   options.stderrConsole = consoleErr;
   options.observers = observers;
   options.nodeId = multiNode.nodeId;
+  // Always listening: heartbeats also tell a rank alive past --finish_timeout, and how far an
+  // attempt got; only --hang_timeout makes silence a hang.
+  options.heartbeats = std::make_shared<SocketHeartbeatSource>(io);
   ElasticAgent agent(io, *rendezvous, supervisor, std::move(options));
 
   std::function<void()> waitForSignal = [&] {

@@ -141,6 +141,10 @@ Env Env::fromEnvironment(const Vars& vars) {
   env.storeTlsCert = lookup(vars, "DDPRUN_STORE_TLS_CERT").value_or("");
   env.storeTlsKey = lookup(vars, "DDPRUN_STORE_TLS_KEY").value_or("");
   env.heartbeatSocket = lookup(vars, "DDPRUN_HEARTBEAT_SOCKET").value_or("");
+  // Not checked here: a value that names no channel leaves heartbeats to the socket (Heartbeat).
+  if (auto fd = ddprun::parseInt(lookup(vars, "DDPRUN_HEARTBEAT_FD").value_or("")); fd && *fd >= 0 && *fd <= INT_MAX) {
+    env.heartbeatFd = static_cast<int>(*fd);
+  }
   env.cudaVisibleDevices = lookup(vars, "CUDA_VISIBLE_DEVICES").value_or("");
   env.glooSocketIfname = lookup(vars, "GLOO_SOCKET_IFNAME").value_or("");
   return env;

@@ -34,7 +34,11 @@ struct Env {
   // (DDPRUN_STORE_TLS_CACERT, DDPRUN_STORE_TLS_CERT, DDPRUN_STORE_TLS_KEY).
   bool storeTls = false;
   std::string storeTlsCaCert, storeTlsCert, storeTlsKey;
-  std::string heartbeatSocket;     // DDPRUN_HEARTBEAT_SOCKET; empty: no heartbeat
+  // The channel to the agent (docs/heartbeat.md): the inherited end (DDPRUN_HEARTBEAT_FD; -1:
+  // none), and the socket for a process that did not inherit it (DDPRUN_HEARTBEAT_SOCKET; empty:
+  // none).
+  int heartbeatFd = -1;
+  std::string heartbeatSocket;
   std::string cudaVisibleDevices;  // CUDA_VISIBLE_DEVICES as given; empty when unset
   std::string glooSocketIfname;    // GLOO_SOCKET_IFNAME, as PyTorch reads it; empty when unset
 

@@ -6,7 +6,6 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "worker_sdk/step_timing.h"
 
 namespace ddp {
 
@@ -30,9 +29,11 @@ struct Slot {
 }  // namespace
 
 struct GradientReducer::Impl {
-  // The end of the last synchronized finish(): the next step's compute time runs from here
-  // (worker_sdk/step_timing.h).
+  // The end of the last synchronized finish(): the next step's compute time runs from here.
   std::chrono::steady_clock::time_point lastFinishEnd{};
+  // The compute times measured since the last takeStepSeconds().
+  double stepSecondsSum = 0;
+  long stepSecondsCount = 0;
   Impl(Communicator& c, std::vector<std::span<float>> g, GradientReducerOptions o)
       : comm(c), gradients(std::move(g)), options(o), ready(gradients.size(), false), slots(gradients.size()) {
     // Reverse registration order, closing a bucket once it reaches the cap, as DDP does.
@@ -143,7 +144,8 @@ void GradientReducer::finish() {
   }
   const auto entered = std::chrono::steady_clock::now();
   if (m.lastFinishEnd != std::chrono::steady_clock::time_point{}) {
-    detail::noteStepCompute(std::chrono::duration<double>(entered - m.lastFinishEnd).count());
+    m.stepSecondsSum += std::chrono::duration<double>(entered - m.lastFinishEnd).count();
+    ++m.stepSecondsCount;
   }
   std::exception_ptr error;
   try {
@@ -190,6 +192,16 @@ GradientReducer::NoSyncGuard::~NoSyncGuard() {
   // so the next step starts clean. Nothing of them is in flight.
   if (previous_ && !m.sync) m.resetStep();
   m.sync = previous_;
+}
+
+std::optional<double> GradientReducer::takeStepSeconds() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  if (m.stepSecondsCount == 0) return std::nullopt;
+  const double mean = m.stepSecondsSum / static_cast<double>(m.stepSecondsCount);
+  m.stepSecondsSum = 0;
+  m.stepSecondsCount = 0;
+  return mean;
 }
 
 bool GradientReducer::syncEnabled() const {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -68,6 +69,11 @@ class GradientReducer {
   [[nodiscard]] NoSyncGuard noSync();
   // False inside a noSync() scope.
   bool syncEnabled() const;
+  // The rank's own work per synchronized step (from the end of one finish() to the start of the
+  // next: data, forward, backward, optimizer, not the wait for slower peers, which in a
+  // data-parallel job is the same on every rank), the mean of the steps since the last call;
+  // nothing when none was measured. For Heartbeat::beat(step, seconds), where stragglers are found.
+  std::optional<double> takeStepSeconds();
 
   std::size_t gradientCount() const;
   std::size_t bucketCount() const;

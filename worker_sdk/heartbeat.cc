@@ -1,14 +1,14 @@
 #include "worker_sdk/heartbeat.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 
-#include "worker_sdk/step_timing.h"
+#include "common/heartbeat_message.h"
 
 namespace ddp {
 
@@ -27,12 +27,26 @@ std::string socketAddress(const std::string& name) {
   return std::string(reinterpret_cast<const char*>(&addr), size);
 }
 
+// A duplicate of the inherited channel's end, or -1 when `fd` is no unix packet socket here (a
+// process that did not inherit it, whose same number may be any other file).
+int inheritedChannel(int fd) {
+  if (fd < 0) return -1;
+  int type = 0, domain = 0;
+  socklen_t len = sizeof(type);
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) return -1;
+  len = sizeof(domain);
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX) return -1;
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
 }  // namespace
 
-Heartbeat::Heartbeat(const Env& env) : Heartbeat(HeartbeatOptions{env.heartbeatSocket, env.rank}) {}
+Heartbeat::Heartbeat(const Env& env)
+    : Heartbeat(HeartbeatOptions{.socket = env.heartbeatSocket, .rank = env.rank, .fd = env.heartbeatFd}) {}
 
 Heartbeat::Heartbeat(HeartbeatOptions options) : options_(std::move(options)) {
-  if (options_.socket.empty()) return;
+  fd_ = inheritedChannel(options_.fd);
+  if (fd_ >= 0 || options_.socket.empty()) return;
   address_ = socketAddress(options_.socket);
   if (address_.empty()) return;
   fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -40,36 +54,77 @@ Heartbeat::Heartbeat(HeartbeatOptions options) : options_(std::move(options)) {
 
 Heartbeat::~Heartbeat() {
   if (fd_ < 0) return;
-  // The last thinned beat goes now: the steps of a short attempt count (--stop_without_progress).
-  if (pending_) send(pendingStep_, std::chrono::steady_clock::now());
+  // The last held beat goes now: the steps of a short attempt count (--stop_without_progress).
+  if (pending_) send(std::chrono::steady_clock::now());
   ::close(fd_);
 }
 
-void Heartbeat::beat(int64_t step) noexcept {
+void Heartbeat::beat(int64_t step, std::optional<double> stepSeconds) noexcept {
   if (fd_ < 0) return;
+  step_ = step;
+  if (stepSeconds) {
+    if (auto clean = ddprun::cleanHeartbeatStepSeconds(*stepSeconds)) {
+      timeSum_ += *clean;
+      ++timeCount_;
+    }
+  }
   const auto now = std::chrono::steady_clock::now();
-  if (sent_ && now - lastSent_ < options_.minInterval) {
+  const std::string_view current = sections_.empty() ? std::string_view() : std::string_view(sections_.back());
+  if (sent_ && current == lastSection_ && now - lastSent_ < options_.minInterval) {
     pending_ = true;
-    pendingStep_ = step;
     return;
   }
-  send(step, now);
+  send(now);
 }
 
-void Heartbeat::send(int64_t step, std::chrono::steady_clock::time_point now) noexcept {
+Heartbeat::Section Heartbeat::section(std::string_view name) {
+  return Section(*this, ddprun::cleanHeartbeatSection(name));
+}
+
+Heartbeat::Section::Section(Heartbeat& heartbeat, std::string name) : heartbeat_(heartbeat), name_(std::move(name)) {
+  heartbeat_.enter(name_);
+}
+
+Heartbeat::Section::~Section() { heartbeat_.leave(name_); }
+
+void Heartbeat::enter(std::string name) noexcept {
+  try {
+    sections_.push_back(std::move(name));
+  } catch (...) {
+    return;  // out of memory: no section, training goes on
+  }
+  if (fd_ >= 0) send(std::chrono::steady_clock::now());  // a section change always goes
+}
+
+void Heartbeat::leave(const std::string& name) noexcept {
+  if (!sections_.empty() && sections_.back() == name) sections_.pop_back();
+  if (fd_ >= 0) send(std::chrono::steady_clock::now());
+}
+
+void Heartbeat::send(std::chrono::steady_clock::time_point now) noexcept {
   sent_ = true;
   pending_ = false;
   lastSent_ = now;
-  char text[80];
-  // The step's compute time, when a GradientReducer measured one since the last beat.
-  const auto compute = detail::takeStepCompute();
-  const int n = compute ? std::snprintf(text, sizeof(text), "%d %lld time=%.6f\n", options_.rank,
-                                        static_cast<long long>(step), *compute)
-                        : std::snprintf(text, sizeof(text), "%d %lld\n", options_.rank, static_cast<long long>(step));
-  if (n <= 0) return;
-  // Errors (no listener yet, a full queue) are dropped on purpose: the next beat tries again.
-  (void)::sendto(fd_, text, static_cast<std::size_t>(n), MSG_DONTWAIT | MSG_NOSIGNAL,
-                 reinterpret_cast<const sockaddr*>(address_.data()), static_cast<socklen_t>(address_.size()));
+  const std::string_view section = sections_.empty() ? std::string_view() : std::string_view(sections_.back());
+  try {
+    lastSection_.assign(section);
+  } catch (...) {
+  }
+  std::optional<double> seconds;
+  if (timeCount_ > 0) seconds = timeSum_ / timeCount_;
+  timeSum_ = 0;
+  timeCount_ = 0;
+  char text[ddprun::kMaxHeartbeatDatagram + 1];
+  const std::size_t n = ddprun::formatHeartbeat(options_.rank, step_, section, seconds, text, sizeof(text));
+  if (n == 0) return;
+  // Errors (no listener yet, a full queue, the agent gone) are dropped on purpose: the next beat
+  // tries again.
+  if (address_.empty()) {
+    (void)::send(fd_, text, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } else {
+    (void)::sendto(fd_, text, n, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(address_.data()),
+                   static_cast<socklen_t>(address_.size()));
+  }
 }
 
 }  // namespace ddp

@@ -105,7 +105,7 @@ class Trainer {
       }
       reducer_.finish();
       model_.step(static_cast<float>(options_.lr));
-      heartbeat_.beat(++globalStep_);
+      heartbeat_.beat(++globalStep_, reducer_.takeStepSeconds());
     }
     double totals[2] = {lossSum, double(steps * static_cast<std::size_t>(localBatch_))};
     comm_.allReduceHost(std::span<double>(totals), ddp::ReduceOp::kSum);  // staged through the device on nccl

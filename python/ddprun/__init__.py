@@ -12,10 +12,12 @@ Under ddprun with --hang_timeout, a rank whose heartbeats stop for longer than t
 declared hung, with its last step and section, instead of waiting out a collective's own timeout
 (NCCL's is 10-30 minutes). Outside ddprun, or without --hang_timeout, every call does nothing.
 
-It speaks the C++ SDK's channel (worker_sdk/heartbeat.h): "RANK STEP [section=NAME] [time=S]" datagrams to
-the unix socket named by DDPRUN_HEARTBEAT_SOCKET ('@' starts an abstract name). No call ever
-blocks or raises into training: a datagram the agent cannot take now is dropped, and the next one
-tries again. Standard library only.
+It speaks the C++ SDK's channel and grammar (docs/heartbeat.md): "RANK STEP[ section=NAME][ time=S]"
+messages on the worker's end of its channel to the agent, the socket inherited as the descriptor
+named by DDPRUN_HEARTBEAT_FD, or, for a process that did not inherit it, datagrams to the unix
+socket named by DDPRUN_HEARTBEAT_SOCKET ('@' starts an abstract name). No call ever blocks or
+raises into training: a message the agent cannot take now is dropped, and the next one tries
+again. Standard library only.
 """
 
 import atexit
@@ -28,8 +30,58 @@ import time
 
 __all__ = ["enabled", "heartbeat", "report_step", "section"]
 
+# The grammar's bounds (docs/heartbeat.md, common/heartbeat_message.h): the same in libddp and the agent.
 _MAX_SECTION = 64
+_MAX_STEP_SECONDS = 86400.0
 _SECTION_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+def _clean_section(name):
+    """A section name as one token of the grammar: other characters become '_', at most 64."""
+    return _SECTION_CHARS.sub("_", str(name))[:_MAX_SECTION] or "_"
+
+
+def _clean_seconds(seconds):
+    """A step time within the grammar's bounds (finite, 0 to 86400), or None."""
+    try:
+        seconds = float(seconds) if seconds is not None else None
+    except (TypeError, ValueError):
+        return None
+    if seconds is not None and not 0 <= seconds <= _MAX_STEP_SECONDS:
+        return None  # NaN fails both comparisons
+    return seconds
+
+
+def _format(rank, step, section, seconds):
+    """The canonical datagram (tests/data/heartbeat_golden.tsv): section and seconds already clean."""
+    text = "%d %d" % (rank, step)
+    if section is not None:
+        text += " section=" + section
+    if seconds is not None:
+        text += " time=%.6f" % seconds
+    return text + "\n"
+
+
+def _inherited_channel():
+    """Our own descriptor of the channel's end named by DDPRUN_HEARTBEAT_FD, or None when the
+    variable is unset or names no unix packet socket here (a process that did not inherit it: a
+    child started with close_fds, whose same number may be any other file)."""
+    value = os.environ.get("DDPRUN_HEARTBEAT_FD", "")
+    if not value.isdigit():
+        return None
+    try:
+        fd = os.dup(int(value))
+    except OSError:
+        return None
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # not a socket
+        os.close(fd)
+        return None
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_SEQPACKET:
+        sock.close()
+        return None
+    return sock
 
 
 class _Channel:
@@ -56,7 +108,13 @@ class _Channel:
     def _open(self):
         name = os.environ.get("DDPRUN_HEARTBEAT_SOCKET", "")
         rank = os.environ.get("RANK", "")
-        if not name or not rank.isdigit():
+        if not rank.isdigit():
+            return False
+        inherited = _inherited_channel()
+        if inherited is not None:  # connected: no address
+            self._sock, self._address, self._rank = inherited, None, int(rank)
+            return True
+        if not name:
             return False
         address = "\0" + name[1:] if name.startswith("@") else name
         try:
@@ -115,13 +173,17 @@ class _Channel:
         """Sends the beat (the caller holds the lock and catches OSError)."""
         self._pending = False
         self._last_sent, self._last_section = now, current
-        text = "%d %d" % (self._rank, max(self.step, 0))
-        if current is not None:
-            text += " section=" + current
+        seconds = None
         if self._time_count:
-            text += " time=%.6f" % (self._time_sum / self._time_count)
+            seconds = self._time_sum / self._time_count
             self._time_sum, self._time_count = 0.0, 0
-        self._sock.sendto((text + "\n").encode(), self._address)
+        data = _format(self._rank, max(self.step, 0), current, seconds).encode()
+        if self._address is None:
+            # MSG_NOSIGNAL: the agent gone is an error here, not a SIGPIPE (a script may have
+            # restored its default action).
+            self._sock.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+        else:
+            self._sock.sendto(data, self._address)
 
 
 _channel = _Channel()
@@ -159,20 +221,14 @@ def _beat(step, seconds):
             _channel.step = int(step)
     except (TypeError, ValueError):
         pass
-    try:
-        seconds = float(seconds) if seconds is not None else None
-        if seconds is not None and not 0 <= seconds <= 86400:
-            seconds = None
-    except (TypeError, ValueError):
-        seconds = None
-    _channel.send(seconds)
+    _channel.send(_clean_seconds(seconds))
 
 
 @contextlib.contextmanager
 def section(name):
     """A named phase (a checkpoint, an evaluation): beats on entry and on exit, and a rank declared
     hung inside it is reported with the section's name. Sections nest."""
-    clean = _SECTION_CHARS.sub("_", str(name))[:_MAX_SECTION] or "_"
+    clean = _clean_section(name)
     _channel.sections.append(clean)
     _channel.send()
     try:

@@ -198,12 +198,15 @@ class EnvContractTest(unittest.TestCase):
                 only_torchrun = sorted(set(t) - set(d))
                 only_ddprun = set(d) - set(t)
                 # Hang detection and its evidence (README "When a job hangs"): the heartbeat
-                # socket, the SDK's flight recorder, and Python's stack dump on SIGABRT.
+                # channel (docs/heartbeat.md: the inherited end, and the socket beside it), the
+                # SDK's flight recorder, and Python's stack dump on SIGABRT.
                 self.assertEqual(d.get("PYTHONFAULTHANDLER"), "1")
                 self.assertRegex(d.get("DDPRUN_HEARTBEAT_SOCKET", ""), r"^@ddprun-hb-\d+-\d+$")
+                self.assertRegex(d.get("DDPRUN_HEARTBEAT_FD", ""), r"^\d+$")
                 self.assertTrue(d.get("DDPRUN_FLIGHT_RECORDER", "").endswith("/flight_recorder"), d)
                 expected_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND", job_markers[0],
-                                  "PYTHONFAULTHANDLER", "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_FLIGHT_RECORDER"}
+                                  "PYTHONFAULTHANDLER", "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_HEARTBEAT_FD",
+                                  "DDPRUN_FLIGHT_RECORDER"}
                 self.assertEqual(only_torchrun, [], "set by torchrun only")
                 self.assertEqual(sorted(only_ddprun - OPTIONAL_DDPRUN_KEYS), sorted(expected_extra),
                                  "set by ddprun only")

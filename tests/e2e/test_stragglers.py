@@ -1,7 +1,7 @@
 """Stragglers: a rank whose own work per step is well above the others' is reported by rank (a
 warning naming it, its median step time and the group's), and no other rank is. The step's
-compute time comes from libddp's GradientReducer by itself (examples/train, a rank slowed by a
-test hook), and from ddprun.report_step(step, seconds) in Python."""
+compute time comes from libddp's GradientReducer (examples/train passes it to its Heartbeat; a
+rank slowed by a test hook), and from ddprun.report_step(step, seconds) in Python."""
 
 import os
 import re

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "agent/elastic_agent.h"
+#include "fake_heartbeat_source.h"
 #include "fake_process_supervisor.h"
 #include "rendezvous/client/local_rendezvous.h"
 #include "test_util.h"
@@ -41,6 +42,8 @@ struct AgentSetup {
   std::string localRankArg = {};
   std::size_t localRankArgAt = 0;
   std::chrono::milliseconds finishTimeout = 0ms;
+  std::chrono::milliseconds hangTimeout = 0ms;
+  int stopWithoutProgress = 0;
   std::chrono::milliseconds stackDumpWait = 3s;
   std::function<bool(pid_t)> canDumpStack = [](pid_t) { return false; };
   std::vector<std::shared_ptr<ddprun::AgentObserver>> observers = {};
@@ -86,6 +89,9 @@ struct AgentHarness {
   int nextPort = 50000;
   LocalRendezvous rendezvous;
   FenceableRendezvous fenceable{rendezvous};
+  std::shared_ptr<FakeHeartbeatSource> heartbeats = std::make_shared<FakeHeartbeatSource>();
+  // The clock heartbeats are judged by: it moves only when the test says (advance()).
+  std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
   std::unique_ptr<ElasticAgent> agent;
   std::vector<int> statuses;
 
@@ -120,6 +126,10 @@ struct AgentHarness {
     o.stackDumpWait = setup.stackDumpWait;
     o.canDumpStack = setup.canDumpStack;
     o.observers = setup.observers;
+    o.hangTimeout = setup.hangTimeout;
+    o.stopWithoutProgress = setup.stopWithoutProgress;
+    o.heartbeats = heartbeats;
+    o.clock = [this] { return now; };
     agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
   }
 
@@ -147,6 +157,8 @@ struct AgentHarness {
     }
     return done();
   }
+
+  void advance(std::chrono::milliseconds d) { now += d; }
 
   // Runs every ready handler, including those posted while running.
   void pump() {

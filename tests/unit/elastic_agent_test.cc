@@ -717,3 +717,108 @@ TEST_CASE("finish timeout: off at 0, and not counted when every rank finishes in
   CHECK(h.statuses == std::vector<int>{0});
   CHECK(h.supervisor.processSignals().empty());
 }
+
+// ---- heartbeats (docs/heartbeat.md), through a fake source and the harness's clock ------------
+
+TEST_CASE("every worker gets its own heartbeat channel, opened afresh for each attempt", "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 1});
+  h.start();
+  CHECK(h.heartbeats->attempts == 1);
+  CHECK(h.heartbeats->opened == std::vector<int>{0, 1});
+  CHECK(h.heartbeats->spawnedCalls == 1);
+  CHECK(h.envOf(0, "DDPRUN_HEARTBEAT_SOCKET") == "@fake-heartbeats");
+  h.supervisor.exitProcess(1000, 1);
+  h.pump();
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  CHECK(h.heartbeats->attempts == 2);
+  CHECK(h.heartbeats->opened == std::vector<int>{0, 1});
+}
+
+TEST_CASE("heartbeat hang: a rank silent past --hang_timeout is hung, named with its step and section",
+          "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .hangTimeout = 1s});
+  h.start();
+  h.heartbeats->beat(0, 5);
+  h.heartbeats->beat(1, 5, "checkpoint");
+  h.advance(600ms);
+  h.heartbeats->beat(0, 6);
+  // Rank 1 has been silent 0.6 s: not hung, however long the loop runs.
+  CHECK_FALSE(h.runUntil([&] { return !h.supervisor.signals().empty(); }, 400ms));
+  h.advance(500ms);  // rank 1: 1.1 s; rank 0: 0.5 s
+  REQUIRE(h.runUntil([&] { return h.supervisor.signalsTo(1000).size() == 1; }));
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+  CHECK(h.supervisor.signalsTo(1001) == std::vector<int>{SIGTERM});
+  h.supervisor.killProcess(1000, SIGTERM);
+  h.supervisor.killProcess(1001, SIGTERM);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{124});
+  const std::string summary = h.errText();
+  CHECK_THAT(summary, Catch::Contains("rank      : 1 (local_rank: 1)"));
+  CHECK_THAT(summary, Catch::Contains("no heartbeat for 1.100s after step 5, in section 'checkpoint'"));
+}
+
+TEST_CASE("heartbeat hang: a rank that finished is not watched, and beats of a stopped attempt do not count",
+          "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .hangTimeout = 1s});
+  h.start();
+  h.heartbeats->beat(0, 5);
+  h.heartbeats->beat(1, 5);
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  h.heartbeats->beat(1, 6);  // queued before it exited: it does not bring rank 1 back
+  h.advance(500ms);
+  h.heartbeats->beat(0, 7);
+  h.advance(800ms);  // rank 1 would be silent 1.3 s; rank 0 is 0.8 s
+  CHECK_FALSE(h.runUntil([&] { return !h.supervisor.signals().empty(); }, 400ms));
+  h.supervisor.exitProcess(1000, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+}
+
+TEST_CASE("stop without progress: restarts that beat no step beyond the best before end the job",
+          "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 5, .stopWithoutProgress = 1});
+  h.start();
+  // Attempt 0 reaches step 10 and fails: progress (nothing was reached before), a restart.
+  h.heartbeats->beat(0, 10);
+  h.supervisor.exitProcess(1000, 3);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 2);
+  // Attempt 1 gets past it (step 12) and fails: progress, a restart.
+  h.heartbeats->beat(0, 12);
+  h.supervisor.exitProcess(1001, 3);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 3);
+  // Attempt 2 fails at step 12 again: one restart without progress, which is the bound.
+  h.heartbeats->beat(0, 12);
+  h.supervisor.exitProcess(1002, 3);
+  h.pump();
+  CHECK(h.supervisor.spawned().size() == 3);
+  CHECK(h.statuses == std::vector<int>{3});
+  CHECK_THAT(h.errText(), Catch::Contains("1 restarts in a row made no progress (no rank beat a step beyond 12"));
+}
+
+TEST_CASE("stop without progress: ranks that never beat are not judged", "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 1, .maxRestarts = 2, .stopWithoutProgress = 1});
+  h.start();
+  for (pid_t pid = 1000; pid < 1003; ++pid) {
+    h.supervisor.exitProcess(pid, 3);
+    h.pump();
+  }
+  CHECK(h.supervisor.spawned().size() == 3);  // the whole budget
+  CHECK(h.statuses == std::vector<int>{3});
+}
+
+TEST_CASE("finish timeout: a rank that beat within the bound is alive and looked at again", "[agent][hang]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .finishTimeout = 50ms});
+  h.start();
+  h.heartbeats->beat(0, 1);  // the harness's clock stands still: rank 0 stays "just beaten"
+  h.supervisor.exitProcess(1001, 0);
+  h.pump();
+  CHECK_FALSE(h.runUntil([&] { return !h.supervisor.signals().empty(); }, 300ms));
+  h.advance(60ms);  // now silent past the bound
+  REQUIRE(h.runUntil([&] { return !h.supervisor.signals().empty(); }));
+  CHECK(h.supervisor.signalsTo(1000) == std::vector<int>{SIGTERM});
+}

@@ -72,6 +72,7 @@ TEST_CASE("Env reads the whole contract", "[sdk]") {
   CHECK(env.storePrefix == "/run/job42/round/3/");
   CHECK(env.token.empty());
   CHECK(env.heartbeatSocket.empty());
+  CHECK(env.heartbeatFd == -1);
 }
 
 TEST_CASE("Env defaults the optional variables", "[sdk]") {
@@ -162,13 +163,23 @@ TEST_CASE("Env::fromEnviron reads this process's environment", "[sdk]") {
   std::vector<std::unique_ptr<ddprun::test::ScopedEnv>> scoped;
   for (const auto& [name, value] : goodVars()) scoped.push_back(std::make_unique<ddprun::test::ScopedEnv>(name, value));
   scoped.push_back(std::make_unique<ddprun::test::ScopedEnv>("DDPRUN_HEARTBEAT_SOCKET", "@hb"));
+  scoped.push_back(std::make_unique<ddprun::test::ScopedEnv>("DDPRUN_HEARTBEAT_FD", "7"));
   scoped.push_back(std::make_unique<ddprun::test::ScopedEnv>("DDPRUN_RDZV_TOKEN_FILE", std::nullopt));
   scoped.push_back(std::make_unique<ddprun::test::ScopedEnv>("DDPRUN_RUN_ID", std::nullopt));
   const Env env = Env::fromEnviron();
   CHECK(env.rank == 5);
   CHECK(env.round == 3);
   CHECK(env.heartbeatSocket == "@hb");
+  CHECK(env.heartbeatFd == 7);  // the inherited channel (docs/heartbeat.md)
 
   ddprun::test::ScopedEnv noRank("RANK", std::nullopt);
   CHECK_THROWS_WITH(Env::fromEnviron(), Contains("RANK is not set"));
+}
+
+TEST_CASE("Env: a DDPRUN_HEARTBEAT_FD that is no descriptor number leaves the channel to the socket", "[sdk]") {
+  for (const char* bad : {"", "-1", "x", "3x", "99999999999"}) {
+    INFO(bad);
+    CHECK(Env::fromEnvironment(with(goodVars(), "DDPRUN_HEARTBEAT_FD", bad)).heartbeatFd == -1);
+  }
+  CHECK(Env::fromEnvironment(with(goodVars(), "DDPRUN_HEARTBEAT_FD", "12")).heartbeatFd == 12);
 }

@@ -1,7 +1,9 @@
-// Heartbeat: "RANK STEP\n" datagrams to the agent's unix socket (abstract '@' names or paths);
-// nothing without DDPRUN_HEARTBEAT_SOCKET, and never an error when nobody listens.
+// Heartbeat: "RANK STEP\n" messages on the inherited channel, or datagrams to the agent's unix
+// socket (abstract '@' names or paths); nothing without either, and never an error when nobody
+// listens. The bytes of each message: heartbeat_grammar_test.cc.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -14,7 +16,6 @@
 
 #include "test_util.h"
 #include "worker_sdk/heartbeat.h"
-#include "worker_sdk/step_timing.h"
 
 namespace {
 
@@ -57,9 +58,6 @@ std::string uniqueAbstractName() {
 }  // namespace
 
 TEST_CASE("Heartbeat sends RANK STEP to an abstract-namespace socket", "[sdk]") {
-  // The step time is per process: one left by an earlier case of this binary (a GradientReducer
-  // step) would ride on the first beat when every case runs in one process.
-  (void)ddp::detail::takeStepCompute();
   const std::string name = uniqueAbstractName();
   Listener agent(name);
   ddp::Env env;
@@ -77,15 +75,16 @@ TEST_CASE("Heartbeat thins beats closer than its interval, and the next carries 
   const std::string name = uniqueAbstractName();
   Listener agent(name);
   ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{name, 1, std::chrono::milliseconds(200)});
-  (void)ddp::detail::takeStepCompute();  // nothing left over from another test
   heartbeat.beat(1);
   CHECK(agent.receive() == "1 1\n");
-  ddp::detail::noteStepCompute(0.25);
-  heartbeat.beat(2);  // too soon: not sent
-  ddp::detail::noteStepCompute(0.75);
+  heartbeat.beat(2, 0.25);  // too soon: not sent
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  heartbeat.beat(3);
+  heartbeat.beat(3, 0.75);
   CHECK(agent.receive() == "1 3 time=0.500000\n");
+  heartbeat.beat(4, 1e9);  // out of the grammar's bounds: the beat goes, the time does not
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  heartbeat.beat(5);
+  CHECK(agent.receive() == "1 5\n");
 }
 
 TEST_CASE("Heartbeat sends its last thinned beat when it is destroyed", "[sdk]") {
@@ -122,4 +121,46 @@ TEST_CASE("Heartbeat does nothing without a socket and never throws", "[sdk]") {
   ddp::Heartbeat tooLong(ddp::HeartbeatOptions{"@" + std::string(200, 'x'), 1});
   CHECK_FALSE(tooLong.enabled());
   tooLong.beat(1);
+}
+
+TEST_CASE("Heartbeat sections: a change always goes, sections nest, and a beat carries the innermost", "[sdk]") {
+  const std::string name = uniqueAbstractName();
+  Listener agent(name);
+  ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{name, 2, std::chrono::milliseconds(10000)});
+  heartbeat.beat(7);
+  CHECK(agent.receive() == "2 7\n");
+  {
+    auto checkpoint = heartbeat.section("checkpoint");  // within the interval, and still sent
+    CHECK(agent.receive() == "2 7 section=checkpoint\n");
+    {
+      auto eval = heartbeat.section("eval at epoch 2/3");
+      CHECK(agent.receive() == "2 7 section=eval_at_epoch_2_3\n");
+    }
+    CHECK(agent.receive() == "2 7 section=checkpoint\n");
+    heartbeat.beat(8);  // the same section, within the interval: held back
+  }
+  CHECK(agent.receive() == "2 8\n");
+}
+
+TEST_CASE("Heartbeat prefers the inherited channel and ignores a number that names no channel", "[sdk]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+  const std::string name = uniqueAbstractName();
+  Listener fallback(name);
+  {
+    ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{.socket = name, .rank = 1, .fd = sv[1]});
+    heartbeat.beat(3);
+    char buf[64];
+    const ssize_t n = ::recv(sv[0], buf, sizeof(buf), 0);
+    CHECK(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0) == "1 3\n");
+  }
+  int pipeFds[2];
+  REQUIRE(::pipe(pipeFds) == 0);
+  {
+    ddp::Heartbeat heartbeat(ddp::HeartbeatOptions{.socket = name, .rank = 1, .fd = pipeFds[1]});
+    heartbeat.beat(4);
+    CHECK(fallback.receive() == "1 4\n");
+  }
+  CHECK(::fcntl(sv[1], F_GETFD) != -1);  // the inherited end is the caller's: still open
+  for (int fd : {sv[0], sv[1], pipeFds[0], pipeFds[1]}) ::close(fd);
 }

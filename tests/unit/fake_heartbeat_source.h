@@ -1,0 +1,41 @@
+// A HeartbeatSource without sockets, for tests of the agent's logic: the test says when a worker
+// beats (beat()), and sees which channels the agent opened for which attempt.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/heartbeat_source.h"
+
+namespace ddprun::test {
+
+class FakeHeartbeatSource final : public HeartbeatSource {
+ public:
+  void setOnBeat(OnBeat onBeat) override { onBeat_ = std::move(onBeat); }
+  void newAttempt() override {
+    ++attempts;
+    opened.clear();
+  }
+  WorkerChannelEnd openChannel(int localRank) override {
+    opened.push_back(localRank);
+    return WorkerChannelEnd{-1, {{"DDPRUN_HEARTBEAT_SOCKET", "@fake-heartbeats"}}};
+  }
+  void workersSpawned() override { ++spawnedCalls; }
+  void drain() override { ++drains; }
+
+  // A worker of the current attempt beats (delivered at once, as the real source does on the loop).
+  void beat(int rank, int64_t step, std::string section = {}, std::optional<double> seconds = std::nullopt) {
+    if (onBeat_) onBeat_(HeartbeatMessage{rank, step, std::move(section), seconds});
+  }
+
+  int attempts = 0;
+  int spawnedCalls = 0;
+  int drains = 0;
+  std::vector<int> opened;  // local ranks whose channel the current attempt opened
+
+ private:
+  OnBeat onBeat_;
+};
+
+}  // namespace ddprun::test
