@@ -1,5 +1,7 @@
 #include "agent/elastic_agent.h"
 
+#include <fmt/format.h>
+
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -198,7 +200,7 @@ class ElasticAgent::Impl {
     exit.rank = hung.rank;
     exit.pid = group_->pid(localRank);
     exit.time = std::chrono::system_clock::now();
-    exit.hangNote = "no heartbeat for " + std::to_string(hung.silentFor.count() / 1000.0).substr(0, 5) +
+    exit.hangNote = "no heartbeat for " + fmt::format("{:.3f}", hung.silentFor.count() / 1000.0) +
                     "s after step " + std::to_string(hung.lastStep) +
                     (hung.section.empty() ? "" : ", in section '" + hung.section + "'") +
                     (hung.calibrated ? " (bound " + formatSeconds(hung.bound) + ", learned by --hang_timeout=auto)"

@@ -1,14 +1,13 @@
 #include "agent/finish_timeout.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
 
 namespace ddprun {
 
 std::string formatSeconds(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1fs", static_cast<double>(d.count()) / 1000.0);
-  return buf;
+  return fmt::format("{:.1f}s", static_cast<double>(d.count()) / 1000.0);
 }
 
 bool FinishTimeout::rankFinished(int rank) {

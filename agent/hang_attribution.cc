@@ -1,12 +1,13 @@
 #include "agent/hang_attribution.h"
 
+#include <fmt/format.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -26,15 +27,9 @@ std::string listRanks(const std::vector<int>& ranks) {
 std::string named(const CollectiveRecord& r) { return r.op + " #" + std::to_string(r.seq); }
 
 std::string sizeText(uint64_t bytes) {
-  char buf[32];
-  if (bytes >= (1u << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / (1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.1f KB", static_cast<double>(bytes) / 1024);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
-  }
-  return buf;
+  if (bytes >= (1u << 20)) return fmt::format("{:.1f} MB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= 1024) return fmt::format("{:.1f} KB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{} B", bytes);
 }
 
 }  // namespace

@@ -1,15 +1,14 @@
 #include "agent/hang_calibration.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
 
 namespace ddprun {
 namespace {
 
 std::string seconds(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(d.count()) / 1000.0);
-  return buf;
+  return fmt::format("{:.2f}s", static_cast<double>(d.count()) / 1000.0);
 }
 
 }  // namespace
@@ -60,8 +59,7 @@ std::vector<std::string> HangCalibration::takeChanges() {
     auto it = logged_.find(section);
     if (it != logged_.end() && now.count() * 4 < it->second.count() * 5) continue;  // grew < 25%
     logged_[section] = now;
-    char factor[16];
-    std::snprintf(factor, sizeof(factor), "%g", rules_.factor);
+    const std::string factor = fmt::format("{:g}", rules_.factor);
     lines.push_back("--hang_timeout=auto: section '" + (section.empty() ? std::string("(none)") : section) +
                     "': longest interval " + seconds(longest) + " x " + factor + ", floor " + seconds(rules_.floor) +
                     ": a rank silent " + seconds(now) + " there is hung");

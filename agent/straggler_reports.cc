@@ -1,20 +1,17 @@
 #include "agent/straggler_reports.h"
 
-#include <cstdio>
+#include <fmt/format.h>
+
 
 namespace ddprun {
 
 StragglerReport describeStraggler(const StragglerChange& c) {
-  char text[256];
-  if (c.straggling) {
-    std::snprintf(text, sizeof(text),
-                  "straggler: rank %d takes %.4fs of its own work per step (median of its last steps), "
-                  "%.1fx the median %.4fs of the %d ranks on this node",
-                  c.rank, c.seconds, c.median > 0 ? c.seconds / c.median : 0.0, c.median, c.ranks);
-  } else {
-    std::snprintf(text, sizeof(text), "straggler: rank %d is back to %.3fs per step (median %.3fs)", c.rank, c.seconds,
-                  c.median);
-  }
+  const std::string text =
+      c.straggling ? fmt::format("straggler: rank {} takes {:.4f}s of its own work per step (median of its last steps), "
+                                 "{:.1f}x the median {:.4f}s of the {} ranks on this node",
+                                 c.rank, c.seconds, c.median > 0 ? c.seconds / c.median : 0.0, c.median, c.ranks)
+                   : fmt::format("straggler: rank {} is back to {:.3f}s per step (median {:.3f}s)", c.rank, c.seconds,
+                                 c.median);
   return StragglerReport{c.rank, c.seconds, !c.straggling, text, text};
 }
 
@@ -24,10 +21,9 @@ std::vector<StragglerReport> JobStragglers::update(const JobHealthView& view) {
   for (const auto& s : view.stragglers) {
     now.insert(s.rank);
     if (told_.count(s.rank)) continue;
-    char text[160];
-    std::snprintf(text, sizeof(text), "takes %.4fs of its own work per step, %.1fx the job's median %.4fs of %d ranks",
-                  s.seconds, view.medianSeconds > 0 ? s.seconds / view.medianSeconds : 0.0, view.medianSeconds,
-                  view.ranks);
+    const std::string text =
+        fmt::format("takes {:.4f}s of its own work per step, {:.1f}x the job's median {:.4f}s of {} ranks", s.seconds,
+                    view.medianSeconds > 0 ? s.seconds / view.medianSeconds : 0.0, view.medianSeconds, view.ranks);
     reports.push_back(StragglerReport{s.rank, s.seconds, false,
                                       "straggler across the job: rank " + std::to_string(s.rank) + " on node " + s.node +
                                           " " + text,

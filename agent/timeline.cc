@@ -1,5 +1,7 @@
 #include "agent/timeline.h"
 
+#include <fmt/format.h>
+
 #include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
@@ -19,10 +21,8 @@ std::string utc(std::chrono::system_clock::time_point t) {
   const std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char buf[96];  // room for any int the format could see, so that -Wformat-truncation holds
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
-  return buf;
+  return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
 }
 
 }  // namespace
