@@ -70,3 +70,16 @@ TEST_CASE("etcd records: excluded hosts and failure counts survive the snapshot'
   auto out = twin.workerFailed("a", twin.round(), sec(1));  // host-a's second: excluded on the successor too
   CHECK_FALSE(twin.hasNode("a"));
 }
+
+TEST_CASE("etcd records: that the round's first finish was told survives the snapshot's wire form", "[rendezvous][snapshot]") {
+  auto r = rules(2, 2);
+  r.heartbeatTimeout = sec(120);
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  REQUIRE(s.rankFinished("a", 1, 0, sec(2)).size() == 1);
+  ddprun::v1::RendezvousSnapshot back;
+  REQUIRE(back.ParseFromString(rec::toProto(s.snapshot(sec(3)), 1).SerializeAsString()));
+  RendezvousState twin = RendezvousState::restore(rec::fromProto(back), sec(0));
+  CHECK(twin.rankFinished("b", 1, 1, sec(1)).empty());  // not told to a a second time
+}

@@ -72,3 +72,18 @@ TEST_CASE("snapshot: restored nodes count as seen at the restore, heartbeats are
   CHECK(twin.tick(sec(9) + kShift).empty());
   CHECK(render(twin.tick(sec(9) + kShift + kUs)).size() > 0);  // both silent past the timeout: job notices
 }
+
+// The running round's first RankFinished is told once (PeerFinish): a successor that forgot it had
+// been told told the other members again, restarting their --finish_timeout. The snapshot copied
+// its fields by hand and left this one out.
+TEST_CASE("snapshot: a restored state remembers that the round's first finish was told", "[rendezvous][snapshot]") {
+  auto r = rules(2, 2);
+  r.heartbeatTimeout = sec(120);
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));  // max: round 1 at once
+  REQUIRE(s.rankFinished("a", 1, 0, sec(2)).size() == 1);  // told to b
+  RendezvousState twin = RendezvousState::restore(s.snapshot(sec(3)), sec(3) + kShift);
+  CHECK(twin.rankFinished("b", 1, 1, sec(4) + kShift).empty());
+  CHECK(s.rankFinished("b", 1, 1, sec(4)).empty());
+}
