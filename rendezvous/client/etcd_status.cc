@@ -30,7 +30,7 @@ v1::StatusReply readEtcdStatus(EtcdStatusOptions o) {
   v1::RendezvousSnapshot snapshot;
   RendezvousState::Snapshot rules;
   if (state && snapshot.ParseFromString(state->value)) rules = etcd_records::fromProto(snapshot);
-  rules.runId = o.runId;
+  rules.job.runId = o.runId;
   const Micros now{0};
   v1::JobStatus* job = reply.add_jobs();
   job->set_run_id(o.runId);

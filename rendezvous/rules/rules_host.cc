@@ -38,7 +38,7 @@ RulesHost::RulesHost(std::string runId, RendezvousRules rules, Micros now)
 
 RulesHost::RulesHost(const RendezvousState::Snapshot& snapshot, Micros now, uint64_t lastEventSeq,
                      std::optional<JobEvent> lastFailure)
-    : runId_(snapshot.runId),
+    : runId_(snapshot.job.runId),
       state_(RendezvousState::restore(snapshot, now)),
       nextSeq_(lastEventSeq + 1),
       gatheringSince_(now),

@@ -87,3 +87,15 @@ TEST_CASE("snapshot: a restored state remembers that the round's first finish wa
   CHECK(twin.rankFinished("b", 1, 1, sec(4) + kShift).empty());
   CHECK(s.rankFinished("b", 1, 1, sec(4)).empty());
 }
+
+TEST_CASE("snapshot: every field survives restore and snapshot again", "[rendezvous][snapshot]") {
+  const RendezvousState::Snapshot s = everyFieldSet();
+  CHECK(RendezvousState::restore(s, sec(40)).snapshot(sec(40)) == s);
+  // Deadlines are time left: on another clock, later, they are as much shorter.
+  auto later = RendezvousState::restore(s, sec(40) + kShift).snapshot(sec(41) + kShift);
+  CHECK(later.joinDeadlineLeft == sec(10));
+  CHECK(later.lastCallDeadlineLeft == sec(2));
+  later.joinDeadlineLeft = s.joinDeadlineLeft;
+  later.lastCallDeadlineLeft = s.lastCallDeadlineLeft;
+  CHECK(later == s);
+}
