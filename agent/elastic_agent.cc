@@ -21,6 +21,7 @@
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "common/error.h"
+#include "common/store_prefix.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
 
@@ -185,7 +186,7 @@ class ElasticAgent::Impl {
       fs::create_directories(dir, ec);
       if (ec) throw ConfigError("cannot create " + dir.string() + ": " + ec.message());
       round.storeAddr = "file://" + dir.string();
-      round.storePrefix = "/run/" + options_.runId + "/round/" + std::to_string(round.round) + "/";
+      round.storePrefix = storePrefix(options_.runId, round.round);
     }
     judgeAttempt(round.restartCount > currentRound_.restartCount);  // the attempt that ended, if not yet
     attemptJudged_ = false;
