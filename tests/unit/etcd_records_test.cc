@@ -1,7 +1,7 @@
-// The etcd rendezvous' records (rendezvous/wire/etcd_records.h): a snapshot survives its wire form
+// The etcd rendezvous' records (rendezvous/etcd/etcd_records.h): a snapshot survives its wire form
 // exactly, and a state restored from it answers as the original; rules and notices keep their
 // fields.
-#include "rendezvous/wire/etcd_records.h"
+#include "rendezvous/etcd/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
 
 #include "state_machine_test_util.h"

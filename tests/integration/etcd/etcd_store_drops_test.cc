@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "etcd/etcd_client.h"
 #include "etcd_test_cluster.h"
-#include "rendezvous/client/etcd_driver.h"
+#include "rendezvous/etcd/etcd_driver.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "safety_bound.h"
 #include "test_skip.h"
@@ -82,7 +82,7 @@ TEST_CASE("etcd driver: two rounds started in one batch drop every older round's
   client.put(kJob + "rdzv/driver", "driver", jobLease);  // this test's driver holds the key
 
   std::atomic<bool> stopping{false};
-  ddprun::EtcdDriver driver(client, ddprun::EtcdDriverOptions{"drops", "driver", oneToThree(), kJob, jobLease, 2000ms},
+  ddprun::EtcdDriver driver(client, ddprun::EtcdDriverOptions{"drops", "driver", oneToThree(), "/ddprun-drops", jobLease, 2000ms},
                             stopping);
   std::thread driving([&] {
     try {

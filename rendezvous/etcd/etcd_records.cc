@@ -1,7 +1,4 @@
-#include "rendezvous/wire/etcd_records.h"
-
-#include <cinttypes>
-#include <cstdio>
+#include "rendezvous/etcd/etcd_records.h"
 
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
@@ -15,12 +12,6 @@ namespace {
 int64_t us(Micros t) { return t.count(); }
 
 }  // namespace
-
-std::string seqKey(uint64_t seq) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
-  return buf;
-}
 
 pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
   const RendezvousState::JobFields& job = s.job;
