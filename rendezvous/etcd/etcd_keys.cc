@@ -37,7 +37,7 @@ std::string EtcdKeys::notice(std::string_view nodeId, uint64_t seq) const { retu
 
 std::string EtcdKeys::round(uint64_t round) const { return rounds_ + std::to_string(round) + "/"; }
 
-std::string EtcdKeys::roundMarker(uint64_t round) const { return this->round(round) + "alive"; }
+std::string EtcdKeys::roundMarker(uint64_t round) const { return this->round(round).append(kRoundMarker); }
 
 std::optional<std::string> EtcdKeys::nodeOfNodeKey(std::string_view key) const {
   const std::string prefix = nodes();
