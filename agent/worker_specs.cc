@@ -6,6 +6,7 @@
 #include "agent/filtered_log.h"
 #include "agent/worker_env.h"
 #include "common/error.h"
+#include "common/store_prefix.h"
 
 namespace ddprun {
 
@@ -118,7 +119,7 @@ void WorkerSpecs::placeFileStore(RoundInfo& round) const {
   fs::remove_all(dir, ec);
   createFolder(dir);
   round.storeAddr = "file://" + dir.string();
-  round.storePrefix = "/run/" + options_.runId + "/round/" + std::to_string(round.round) + "/";
+  round.storePrefix = storePrefix(options_.runId, round.round);
 }
 
 std::vector<WorkerSpec> WorkerSpecs::make(const RoundInfo& round,

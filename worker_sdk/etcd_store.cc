@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/store_prefix.h"
 #include "etcd/etcd_watch.h"
 
 namespace ddp {
@@ -42,7 +43,7 @@ EtcdStore::EtcdStore(EtcdStoreOptions options)
     : options_(std::move(options)),
       dataPrefix_(options_.prefix + "kv/"),
       opPrefix_(options_.prefix + "op/"),
-      marker_(options_.prefix + "alive"),
+      marker_(options_.prefix + std::string(ddprun::kRoundMarker)),
       client_(options_.client),
       clientId_(randomId()) {
   if (options_.prefix.empty() || options_.prefix.back() != '/') {

@@ -1,6 +1,7 @@
 #include "worker_sdk/remote_store.h"
 
 #include "common/error.h"
+#include "common/store_prefix.h"
 #include "common/strings.h"
 #include "common/token_file.h"
 #include "store/client/store_client.h"
@@ -95,7 +96,7 @@ EtcdStoreOptions etcdStoreOptions(const Env& env) {
   }
   std::string root = env.etcdPrefix;
   while (!root.empty() && root.back() == '/') root.pop_back();
-  o.prefix = root + "/run/" + env.runId + "/round/" + std::to_string(env.round) + "/";
+  o.prefix = root + ddprun::storePrefix(env.runId, env.round);
   // Under ddprun's etcd rendezvous the driver writes the round marker with the round.
   o.fenceByRound = true;
   return o;

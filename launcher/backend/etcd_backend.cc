@@ -3,7 +3,7 @@
 #include "common/error.h"
 #include "common/net.h"
 #include "common/token_file.h"
-#include "rendezvous/client/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 
 namespace ddprun {
 

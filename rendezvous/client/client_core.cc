@@ -1,5 +1,6 @@
 #include "rendezvous/client/client_core.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -76,6 +77,31 @@ ClientCore::Delivered ClientCore::deliver(const pb::ServerMessage& msg, const st
     default:
       return Delivered::kOther;
   }
+}
+
+std::chrono::steady_clock::time_point ClientCore::openRejoinWindow() {
+  rejoinBackoff_.reset();
+  return std::chrono::steady_clock::now() + rejoinWindow_;
+}
+
+ClientCore::Rejoin ClientCore::rejoin(std::chrono::steady_clock::time_point deadline,
+                                      const std::function<bool()>& attempt,
+                                      const std::function<bool(std::chrono::milliseconds)>& wait) {
+  using std::chrono::milliseconds;
+  for (;;) {
+    if (closed_) return Rejoin::kStopped;  // the job ended meanwhile: nothing left to join
+    const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left <= milliseconds::zero()) return Rejoin::kWindowPassed;
+    if (wait(std::min(rejoinBackoff_.next(), left))) return Rejoin::kStopped;
+    if (closed_) return Rejoin::kStopped;
+    if (attempt()) return Rejoin::kJoined;
+  }
+}
+
+std::string ClientCore::rejoinFailed(const std::string& why) const {
+  const auto ms = rejoinWindow_.count();
+  const std::string window = ms % 1000 == 0 ? fmt::format("{}s", ms / 1000) : fmt::format("{:.1f}s", ms / 1000.0);
+  return why + "; could not join again within " + window;
 }
 
 bool ClientCore::markFenced(uint64_t round) { return raiseTo(fencedThrough_, round) < round; }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "common/backoff.h"
 #include "common/exit_codes.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/client/rendezvous.h"
@@ -63,6 +64,19 @@ class ClientCore {
   // 200): 2 x heartbeat_timeout, long enough for the server to notice the old session's end.
   std::chrono::milliseconds rejoinWindow() const { return rejoinWindow_; }
 
+  // The rejoin loop of both transports (docs/rendezvous.md, "Fencing"). A window opens when the
+  // node lost the rendezvous: it has until the time returned (now + rejoinWindow()) to join
+  // again, and the backoff starts over. Then rejoin() waits a backoff step (jittered, from 100 ms
+  // doubling to 1 s; `wait` returns true when this node stops) and tries `attempt` (true: joined
+  // again), until the node joined, stopped, its job ended, or the window passed. One thread at a
+  // time rejoins (the transport's reader).
+  enum class Rejoin { kJoined, kStopped, kWindowPassed };
+  std::chrono::steady_clock::time_point openRejoinWindow();
+  Rejoin rejoin(std::chrono::steady_clock::time_point deadline, const std::function<bool()>& attempt,
+                const std::function<bool(std::chrono::milliseconds)>& wait);
+  // Why the job ends for a node whose window passed: "<why>; could not join again within 4s".
+  std::string rejoinFailed(const std::string& why) const;
+
   // The round this node runs in (0 before the first).
   uint64_t round() const { return round_.load(); }
   bool closed() const { return closed_.load(); }
@@ -95,6 +109,7 @@ class ClientCore {
   RendezvousListener* listener_ = nullptr;
   const FenceTiming timing_;
   const std::chrono::milliseconds rejoinWindow_;
+  Backoff rejoinBackoff_{std::chrono::milliseconds(100), std::chrono::milliseconds(1000)};  // rejoining thread only
   std::atomic<uint64_t> round_{0};
   std::atomic<uint64_t> fencedThrough_{0};
   std::atomic<bool> closed_{false};

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "common/atomic_max.h"
-#include "common/backoff.h"
 #include "common/error.h"
 #include "common/exit_codes.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
@@ -138,9 +137,7 @@ class GrpcRendezvous final : public Rendezvous {
     // workers stop here too and the node joins again, as a newcomer that remembers its last
     // round (a restarted server that never had that round refuses it: STALE_ROUND). The window
     // covers a server that has not noticed the old stream's end yet (DUPLICATE_NODE until then).
-    const auto rejoinWindow = std::chrono::duration_cast<SteadyClock::duration>(core_.rejoinWindow());
     std::optional<SteadyClock::time_point> rejoinDeadline;
-    Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     std::string why;
     for (;;) {
       if (runSession(*stub, &why) == SessionEnd::kOver || stopped()) return;
@@ -148,27 +145,26 @@ class GrpcRendezvous final : public Rendezvous {
         // Lost for the first time since the last round assignment: stop the workers, start over.
         rejoinedRound_ = false;
         rejoining_ = true;
-        rejoinDeadline = SteadyClock::now() + rejoinWindow;
-        backoff.reset();
+        rejoinDeadline = core_.openRejoinWindow();
         spdlog::warn("lost the rendezvous at {} ({}); stopping workers and joining again", options_.endpoint, why);
         core_.postInterrupted(core_.round(), "lost the rendezvous: " + why);
       }
-      for (;;) {
-        const auto left = *rejoinDeadline - SteadyClock::now();
-        if (left <= SteadyClock::duration::zero()) {
-          core_.fail("lost the rendezvous at " + options_.endpoint + ": " + why + "; could not join again within " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(rejoinWindow).count()) + "s");
-          return;
-        }
-        auto sleep = std::min<SteadyClock::duration>(backoff.next(), left);
-        {
-          std::unique_lock<std::mutex> lock(mu_);
-          if (cv_.wait_for(lock, sleep, [this] { return stopping_; })) return;
-        }
-        // Bounded: a server that accepts connections but never answers must not outlast the window.
-        if (waitConnected(*channel, *rejoinDeadline)) break;
-        if (stopped()) return;
-        why = "cannot connect";
+      const auto outcome = core_.rejoin(
+          *rejoinDeadline,
+          [&] {
+            // Bounded: a server that accepts connections but never answers must not outlast the window.
+            if (waitConnected(*channel, *rejoinDeadline)) return true;
+            why = "cannot connect";
+            return false;
+          },
+          [this](std::chrono::milliseconds d) {
+            std::unique_lock<std::mutex> lock(mu_);
+            return cv_.wait_for(lock, d, [this] { return stopping_; });
+          });
+      if (outcome == ClientCore::Rejoin::kStopped) return;
+      if (outcome == ClientCore::Rejoin::kWindowPassed) {
+        core_.fail(core_.rejoinFailed("lost the rendezvous at " + options_.endpoint + ": " + why));
+        return;
       }
     }
   }

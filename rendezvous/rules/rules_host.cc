@@ -29,6 +29,8 @@ void Effects::append(Effects more) {
     if (roundsStarted.empty() || roundsStarted.back() != r) roundsStarted.push_back(r);
   }
   jobEnded = jobEnded || more.jobEnded;
+  storeDrops.roundsBelow = std::max(storeDrops.roundsBelow, more.storeDrops.roundsBelow);
+  storeDrops.run = storeDrops.run || more.storeDrops.run;
   for (auto& e : more.events) events.push_back(std::move(e));
   if (more.heartbeatGap) heartbeatGap = more.heartbeatGap;
 }
@@ -38,7 +40,7 @@ RulesHost::RulesHost(std::string runId, RendezvousRules rules, Micros now)
 
 RulesHost::RulesHost(const RendezvousState::Snapshot& snapshot, Micros now, uint64_t lastEventSeq,
                      std::optional<JobEvent> lastFailure)
-    : runId_(snapshot.runId),
+    : runId_(snapshot.job.runId),
       state_(RendezvousState::restore(snapshot, now)),
       nextSeq_(lastEventSeq + 1),
       gatheringSince_(now),
@@ -120,6 +122,9 @@ Effects RulesHost::effectsOf(std::vector<Notice> notices) const {
     }
     if (std::holds_alternative<JobEnd>(n.body)) fx.jobEnded = true;
   }
+  // Rounds only grow: the newest round's store is the only one a worker may still use.
+  if (!fx.roundsStarted.empty()) fx.storeDrops.roundsBelow = fx.roundsStarted.back();
+  fx.storeDrops.run = fx.jobEnded;
   fx.notices = std::move(notices);
   return fx;
 }

@@ -61,13 +61,25 @@ struct AgentReport {
   }
 };
 
+// What the workers' store of the job drops, decided here once for every backend (the gRPC
+// service's run-scoped store, the etcd driver's keys): a new round's store is fresh and no worker
+// of an older round may read or write its own any more; the job's end ends them all, so waits
+// still pending fail at once ("stale round") instead of at their timeout.
+struct StoreDrops {
+  uint64_t roundsBelow = 0;  // every round's store below this round (0: none)
+  bool run = false;          // the whole run's store: the job ended
+
+  bool any() const { return roundsBelow > 0 || run; }
+  bool operator==(const StoreDrops&) const = default;
+};
+
 // What one event decided.
 struct Effects {
   std::vector<Notice> notices;
-  // Rounds that started with this event, in order: each gets a fresh store prefix, and the
-  // round before it can be dropped.
+  // Rounds that started with this event, in order: each gets a fresh store prefix.
   std::vector<uint64_t> roundsStarted;
-  bool jobEnded = false;  // a JobEnd is among the notices: the last round's store can go
+  bool jobEnded = false;  // a JobEnd is among the notices
+  StoreDrops storeDrops;  // what the backend drops of the workers' store, before the notices go
   // What happened, in order, numbered by the job (job_event.h): for metrics and the status call.
   std::vector<JobEvent> events;
   // A heartbeat's gap since the node's previous message (the heartbeat lag metric).

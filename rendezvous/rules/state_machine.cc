@@ -52,73 +52,57 @@ std::string RendezvousState::rulesDifference(const RendezvousRules& mine, const 
 
 RendezvousState::Snapshot RendezvousState::snapshot(Micros now) const {
   Snapshot s;
-  s.runId = runId_;
-  s.rules = rules_;
-  s.phase = phase_;
-  for (const auto& [id, node] : nodes_) {
-    s.nodes.push_back({node.info, node.joinSeq, node.groupRank, node.stoppingRound, node.leaving});
-  }
-  s.members = members_;
-  s.succeededMembers.assign(succeededMembers_.begin(), succeededMembers_.end());
-  s.round = round_;
-  s.restartCount = restartCount_;
-  s.nextJoinSeq = nextJoinSeq_;
-  s.closeAtOnce = closeAtOnce_;
+  s.job = job_;
+  for (const auto& [id, node] : nodes_) s.nodes.push_back(static_cast<const SnapshotNode&>(node));
   s.joinDeadlineLeft = joinDeadline_ - now;
   if (lastCallDeadline_) s.lastCallDeadlineLeft = *lastCallDeadline_ - now;
-  s.excludedHosts.assign(excludedHosts_.begin(), excludedHosts_.end());
-  s.hostFailures = hostFailures_;
   return s;
 }
 
 RendezvousState RendezvousState::restore(const Snapshot& s, Micros now) {
-  RendezvousState state(s.runId, s.rules, now);
-  state.phase_ = s.phase;
+  RendezvousState state(s.job.runId, s.job.rules, now);
+  state.job_ = s.job;
   for (const auto& n : s.nodes) {
     Node& node = state.addNode(n.info);
-    node.lastSeen = now;
-    node.joinSeq = n.joinSeq;
-    node.groupRank = n.groupRank;
+    // Whole, then the two fields that the counts follow go through their setters.
+    static_cast<SnapshotNode&>(node) = n;
+    node.stoppingRound = 0;
+    node.leaving = false;
     state.setStopping(node, n.stoppingRound);
-    node.stoppingSince = now;
     if (n.leaving) state.setLeaving(node);
+    node.lastSeen = now;
+    node.stoppingSince = now;
   }
-  state.members_ = s.members;
-  state.succeededMembers_ = std::set<std::string>(s.succeededMembers.begin(), s.succeededMembers.end());
-  state.round_ = s.round;
-  state.restartCount_ = s.restartCount;
-  state.nextJoinSeq_ = s.nextJoinSeq;
-  state.closeAtOnce_ = s.closeAtOnce;
   state.joinDeadline_ = now + s.joinDeadlineLeft;
+  state.lastCallDeadline_.reset();
   if (s.lastCallDeadlineLeft) state.lastCallDeadline_ = now + *s.lastCallDeadlineLeft;
-  state.excludedHosts_ = std::set<std::string>(s.excludedHosts.begin(), s.excludedHosts.end());
-  state.hostFailures_ = s.hostFailures;
   return state;
 }
 
-RendezvousState::RendezvousState(std::string runId, RendezvousRules rules, Micros now)
-    : runId_(std::move(runId)), rules_(rules) {
+RendezvousState::RendezvousState(std::string runId, RendezvousRules rules, Micros now) {
+  job_.runId = std::move(runId);
+  job_.rules = rules;
   beginGathering(now, false);
 }
 
 void RendezvousState::beginGathering(Micros now, bool closeAtOnce) {
-  phase_ = Phase::kGathering;
-  closeAtOnce_ = closeAtOnce;
-  joinDeadline_ = now + rules_.joinTimeout;
+  job_.phase = Phase::kGathering;
+  job_.closeAtOnce = closeAtOnce;
+  joinDeadline_ = now + job_.rules.joinTimeout;
   lastCallDeadline_.reset();
 }
 
 std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
   std::vector<Notice> out;
-  if (phase_ == Phase::kClosed) {
-    out.push_back(reject(node.nodeId, RejectCode::kJobClosed, "job '" + runId_ + "' is already over", true));
+  if (job_.phase == Phase::kClosed) {
+    out.push_back(reject(node.nodeId, RejectCode::kJobClosed, "job '" + job_.runId + "' is already over", true));
     return out;
   }
-  if (auto problem = nodeBoundsProblem(node, rules_)) {
+  if (auto problem = nodeBoundsProblem(node, job_.rules)) {
     out.push_back(reject(node.nodeId, RejectCode::kMalformed, "invalid join: " + *problem, true));
     return out;
   }
-  if (node.lastRound > round_) {
+  if (node.lastRound > job_.round) {
     // The agent ran in a round this state never had: the server lost its state (restarted).
     out.push_back(reject(node.nodeId, RejectCode::kStaleRound,
                          "stale round: this rendezvous has no round " + std::to_string(node.lastRound) +
@@ -126,10 +110,10 @@ std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
                          true));
     return out;
   }
-  if (excludedHosts_.count(node.host)) {
+  if (job_.excludedHosts.count(node.host)) {
     out.push_back(reject(node.nodeId, RejectCode::kExcluded,
-                         "host " + node.host + " is excluded from job '" + runId_ + "': its workers caused " +
-                             std::to_string(rules_.excludeNodeAfter) + " failures (--exclude_node_after)",
+                         "host " + node.host + " is excluded from job '" + job_.runId + "': its workers caused " +
+                             std::to_string(job_.rules.excludeNodeAfter) + " failures (--exclude_node_after)",
                          true));
     return out;
   }
@@ -144,11 +128,11 @@ std::vector<Notice> RendezvousState::join(const NodeInfo& node, Micros now) {
   }
   Node& added = addNode(node);
   added.lastSeen = now;
-  added.joinSeq = nextJoinSeq_++;
+  added.joinSeq = job_.nextJoinSeq++;
 
-  if (phase_ == Phase::kGathering) {
+  if (job_.phase == Phase::kGathering) {
     maybeCloseGathering(now, &out);
-  } else if (phase_ == Phase::kRunning && static_cast<int>(members_.size()) < rules_.maxNodes) {
+  } else if (job_.phase == Phase::kRunning && static_cast<int>(job_.members.size()) < job_.rules.maxNodes) {
     interruptRound("node " + node.nodeId + " joined", now, &out);
     beginGathering(now, true);
     maybeCloseGathering(now, &out);
@@ -171,10 +155,10 @@ std::vector<Notice> RendezvousState::heartbeat(const std::string& nodeId, Micros
 std::optional<Rejection> RendezvousState::checkReport(const std::string& nodeId, uint64_t round) const {
   auto it = nodes_.find(nodeId);
   if (it == nodes_.end()) return Rejection{RejectCode::kNotJoined, "report from a node that is not in the job", true};
-  if (phase_ != Phase::kRunning || round != round_ || it->second.groupRank < 0) {
+  if (job_.phase != Phase::kRunning || round != job_.round || it->second.groupRank < 0) {
     return Rejection{RejectCode::kStaleRound,
                      "stale round: round " + std::to_string(round) + " is not running (current round " +
-                         std::to_string(round_) + ")",
+                         std::to_string(job_.round) + ")",
                      false};
   }
   return std::nullopt;
@@ -188,45 +172,45 @@ std::vector<Notice> RendezvousState::workerFailed(const std::string& nodeId, uin
     return out;
   }
   nodes_[nodeId].lastSeen = now;
-  if (rules_.excludeNodeAfter > 0 && failure.attemptsWithoutProgress == 0) {
+  if (job_.rules.excludeNodeAfter > 0 && failure.attemptsWithoutProgress == 0) {
     // The first failure of each round counts: later reports of the round are stale by now.
     const std::string host = nodes_[nodeId].info.host.empty() ? nodeId : nodes_[nodeId].info.host;
     constexpr std::size_t kMaxHostsCounted = 100000;  // hosts are bounded by joins; this bounds the map
-    if (hostFailures_.count(host) || hostFailures_.size() < kMaxHostsCounted) {
-      const int failures = ++hostFailures_[host];
-      if (failures >= rules_.excludeNodeAfter) {
+    if (job_.hostFailures.count(host) || job_.hostFailures.size() < kMaxHostsCounted) {
+      const int failures = ++job_.hostFailures[host];
+      if (failures >= job_.rules.excludeNodeAfter) {
         // Out for the job's life, and the job goes on without spending a restart: a membership
         // change, in which a standby node takes its place if there is one.
-        excludedHosts_.insert(host);
+        job_.excludedHosts.insert(host);
         const std::string why = "its workers caused " + std::to_string(failures) + " failures (--exclude_node_after=" +
-                                std::to_string(rules_.excludeNodeAfter) + ")";
+                                std::to_string(job_.rules.excludeNodeAfter) + ")";
         out.push_back(reject(nodeId, RejectCode::kExcluded,
-                             "excluded from job '" + runId_ + "': host " + host + " " + why, true));
+                             "excluded from job '" + job_.runId + "': host " + host + " " + why, true));
         removeNodes({nodeId}, "node " + nodeId + " (host " + host + ") excluded: " + why, now, &out);
         return out;
       }
     }
   }
-  if (failure.attemptsWithoutProgress > 0 && restartCount_ < rules_.maxRestarts) {
+  if (failure.attemptsWithoutProgress > 0 && job_.restartCount < job_.rules.maxRestarts) {
     closeJob(false,
              "a worker on node " + nodeId + " failed after " + std::to_string(failure.attemptsWithoutProgress) +
                  " restarts in a row without progress (--stop_without_progress); " +
-                 std::to_string(rules_.maxRestarts - restartCount_) + " of " + std::to_string(rules_.maxRestarts) +
+                 std::to_string(job_.rules.maxRestarts - job_.restartCount) + " of " + std::to_string(job_.rules.maxRestarts) +
                  " restarts left unspent",
              &out, failure, nodeId);
     return out;
   }
-  if (restartCount_ >= rules_.maxRestarts) {
+  if (job_.restartCount >= job_.rules.maxRestarts) {
     closeJob(false,
              "a worker on node " + nodeId + " failed and " +
-                 (rules_.maxRestarts == 0 ? std::string("restarts are off (--max_restarts=0)")
-                                          : "the restart budget (" + std::to_string(rules_.maxRestarts) + ") is spent"),
+                 (job_.rules.maxRestarts == 0 ? std::string("restarts are off (--max_restarts=0)")
+                                          : "the restart budget (" + std::to_string(job_.rules.maxRestarts) + ") is spent"),
              &out, failure, nodeId);
     return out;
   }
-  ++restartCount_;
-  interruptRound("a worker on node " + nodeId + " failed (restart " + std::to_string(restartCount_) + " of " +
-                     std::to_string(rules_.maxRestarts) + ")",
+  ++job_.restartCount;
+  interruptRound("a worker on node " + nodeId + " failed (restart " + std::to_string(job_.restartCount) + " of " +
+                     std::to_string(job_.rules.maxRestarts) + ")",
                  now, &out);
   beginGathering(now, true);
   maybeCloseGathering(now, &out);
@@ -240,7 +224,7 @@ std::vector<Notice> RendezvousState::succeeded(const std::string& nodeId, uint64
     return out;
   }
   nodes_[nodeId].lastSeen = now;
-  succeededMembers_.insert(nodeId);
+  job_.succeededMembers.insert(nodeId);
   checkBarrier(&out);
   return out;
 }
@@ -252,19 +236,19 @@ std::vector<Notice> RendezvousState::rankFinished(const std::string& nodeId, uin
     return out;
   }
   nodes_[nodeId].lastSeen = now;
-  if (finishAnnounced_) return out;
-  finishAnnounced_ = true;
-  for (const auto& id : members_) {
-    if (id != nodeId) out.push_back(Notice{id, PeerFinish{round_, rank, nodeId}});
+  if (job_.finishAnnounced) return out;
+  job_.finishAnnounced = true;
+  for (const auto& id : job_.members) {
+    if (id != nodeId) out.push_back(Notice{id, PeerFinish{job_.round, rank, nodeId}});
   }
   return out;
 }
 
 void RendezvousState::checkBarrier(std::vector<Notice>* out) {
-  if (phase_ != Phase::kRunning) return;
+  if (job_.phase != Phase::kRunning) return;
   // By node id: a member that succeeded and then went away (or came back as a standby) is done.
-  for (const auto& id : members_) {
-    if (!succeededMembers_.count(id)) return;
+  for (const auto& id : job_.members) {
+    if (!job_.succeededMembers.count(id)) return;
   }
   closeJob(true, "every node's workers succeeded", out);
 }
@@ -278,7 +262,7 @@ std::vector<Notice> RendezvousState::stopped(const std::string& nodeId, uint64_t
   setStopping(it->second, 0);
   it->second.lastSeen = now;
   if (it->second.leaving) eraseNode(it);
-  if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
+  if (job_.phase == Phase::kGathering) maybeCloseGathering(now, &out);
   return out;
 }
 
@@ -286,9 +270,9 @@ std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std:
                                            bool saidSo) {
   std::vector<Notice> out;
   auto it = nodes_.find(nodeId);
-  if (saidSo && it != nodes_.end() && it->second.info.reportsStopped && !it->second.leaving && phase_ != Phase::kClosed) {
+  if (saidSo && it != nodes_.end() && it->second.info.reportsStopped && !it->second.leaving && job_.phase != Phase::kClosed) {
     Node& node = it->second;
-    const bool runsWorkers = phase_ == Phase::kRunning && node.groupRank >= 0 && !succeededMembers_.count(nodeId);
+    const bool runsWorkers = job_.phase == Phase::kRunning && node.groupRank >= 0 && !job_.succeededMembers.count(nodeId);
     if (runsWorkers || node.stoppingRound != 0) {
       // Out of the next round at once; in the job until its workers are gone (stopped()).
       setLeaving(node);
@@ -296,7 +280,7 @@ std::vector<Notice> RendezvousState::leave(const std::string& nodeId, const std:
         interruptRound("node " + nodeId + " left: " + reason, now, &out);
         beginGathering(now, true);
       }
-      if (phase_ == Phase::kGathering) maybeCloseGathering(now, &out);
+      if (job_.phase == Phase::kGathering) maybeCloseGathering(now, &out);
       return out;
     }
   }
@@ -311,26 +295,26 @@ void RendezvousState::removeNodes(const std::vector<std::string>& nodeIds, const
     auto it = nodes_.find(id);
     if (it == nodes_.end()) continue;
     // A member whose workers already succeeded is done; the others still run toward the barrier.
-    if (it->second.groupRank >= 0 && !succeededMembers_.count(id)) lostMembers.push_back(id);
+    if (it->second.groupRank >= 0 && !job_.succeededMembers.count(id)) lostMembers.push_back(id);
     eraseNode(it);
   }
-  if (phase_ == Phase::kClosed) return;
-  if (phase_ == Phase::kRunning && !lostMembers.empty()) {
+  if (job_.phase == Phase::kClosed) return;
+  if (job_.phase == Phase::kRunning && !lostMembers.empty()) {
     std::string who = lostMembers.size() == 1 ? "node " + lostMembers[0] : std::to_string(lostMembers.size()) + " nodes";
     interruptRound(who + " left: " + reason, now, out);
     beginGathering(now, true);
   }
-  if (phase_ == Phase::kGathering) maybeCloseGathering(now, out);
+  if (job_.phase == Phase::kGathering) maybeCloseGathering(now, out);
 }
 
 std::vector<Notice> RendezvousState::tick(Micros now) {
   std::vector<Notice> out;
-  if (phase_ == Phase::kClosed) return out;
+  if (job_.phase == Phase::kClosed) return out;
   std::vector<std::string> silent, stuck;
   for (const auto& [id, node] : nodes_) {
-    if (now - node.lastSeen > rules_.heartbeatTimeout) {
+    if (now - node.lastSeen > job_.rules.heartbeatTimeout) {
       silent.push_back(id);
-    } else if (node.stoppingRound != 0 && now - node.stoppingSince > rules_.joinTimeout) {
+    } else if (node.stoppingRound != 0 && now - node.stoppingSince > job_.rules.joinTimeout) {
       stuck.push_back(id);
     }
   }
@@ -341,35 +325,35 @@ std::vector<Notice> RendezvousState::tick(Micros now) {
     for (const auto& id : ids) out.push_back(reject(id, RejectCode::kEvicted, "declared dead: " + why, true));
     removeNodes(ids, why, now, &out);
   };
-  evict(silent, "no heartbeat for " + seconds(rules_.heartbeatTimeout));
+  evict(silent, "no heartbeat for " + seconds(job_.rules.heartbeatTimeout));
   // An agent that heartbeats but never says its workers stopped would hold the job back for good.
-  evict(stuck, "its workers did not stop within the join timeout (" + seconds(rules_.joinTimeout) + ")");
-  if (phase_ != Phase::kGathering) return out;
+  evict(stuck, "its workers did not stop within the join timeout (" + seconds(job_.rules.joinTimeout) + ")");
+  if (job_.phase != Phase::kGathering) return out;
   if (lastCallDeadline_ && now >= *lastCallDeadline_) {
     maybeCloseGathering(now, &out);
-  } else if (presentCount() < rules_.minNodes && now >= joinDeadline_) {
+  } else if (presentCount() < job_.rules.minNodes && now >= joinDeadline_) {
     closeJob(false,
-             "only " + std::to_string(presentCount()) + " of at least " + std::to_string(rules_.minNodes) +
-                 " nodes joined within the join timeout (" + seconds(rules_.joinTimeout) + ")",
+             "only " + std::to_string(presentCount()) + " of at least " + std::to_string(job_.rules.minNodes) +
+                 " nodes joined within the join timeout (" + seconds(job_.rules.joinTimeout) + ")",
              &out);
   }
   return out;
 }
 
 std::optional<Micros> RendezvousState::nextDeadline() const {
-  if (phase_ == Phase::kClosed) return std::nullopt;
+  if (job_.phase == Phase::kClosed) return std::nullopt;
   std::optional<Micros> next;
   auto consider = [&](Micros t) {
     if (!next || t < *next) next = t;
   };
   for (const auto& [id, node] : nodes_) {
-    consider(node.lastSeen + rules_.heartbeatTimeout + Micros(1));
-    if (node.stoppingRound != 0) consider(node.stoppingSince + rules_.joinTimeout + Micros(1));
+    consider(node.lastSeen + job_.rules.heartbeatTimeout + Micros(1));
+    if (node.stoppingRound != 0) consider(node.stoppingSince + job_.rules.joinTimeout + Micros(1));
   }
-  if (phase_ == Phase::kGathering) {
+  if (job_.phase == Phase::kGathering) {
     // A passed last call waits for stopped() (or a node's removal), not for the clock.
     if (lastCallDeadline_ && !anyStopping()) consider(*lastCallDeadline_);
-    if (presentCount() < rules_.minNodes) consider(joinDeadline_);
+    if (presentCount() < job_.rules.minNodes) consider(joinDeadline_);
   }
   return next;
 }
@@ -377,8 +361,8 @@ std::optional<Micros> RendezvousState::nextDeadline() const {
 RendezvousState::NodeState RendezvousState::stateOf(const Node& node) const {
   if (node.leaving) return NodeState::kLeaving;
   if (node.stoppingRound != 0) return NodeState::kStopping;
-  if (node.groupRank >= 0 && phase_ == Phase::kRunning) return NodeState::kRunning;
-  return phase_ == Phase::kGathering ? NodeState::kGathering : NodeState::kStandby;
+  if (node.groupRank >= 0 && job_.phase == Phase::kRunning) return NodeState::kRunning;
+  return job_.phase == Phase::kGathering ? NodeState::kGathering : NodeState::kStandby;
 }
 
 std::vector<RendezvousState::NodeStatus> RendezvousState::nodeStatus(std::size_t limit) const {
@@ -434,13 +418,13 @@ bool RendezvousState::anyStopping() const { return stoppingCount_ > 0; }
 
 void RendezvousState::maybeCloseGathering(Micros now, std::vector<Notice>* out) {
   const int present = presentCount();
-  if (present < rules_.minNodes) {
+  if (present < job_.rules.minNodes) {
     lastCallDeadline_.reset();  // fell below min again: wait for joins, bounded by join_timeout
     return;
   }
-  const bool due = present >= rules_.maxNodes || closeAtOnce_ || (lastCallDeadline_ && now >= *lastCallDeadline_);
+  const bool due = present >= job_.rules.maxNodes || job_.closeAtOnce || (lastCallDeadline_ && now >= *lastCallDeadline_);
   if (!due) {
-    if (!lastCallDeadline_) lastCallDeadline_ = now + rules_.lastCallTimeout;
+    if (!lastCallDeadline_) lastCallDeadline_ = now + job_.rules.lastCallTimeout;
     return;
   }
   if (anyStopping()) return;  // the hand-over: stopped() or the node's removal closes it
@@ -460,7 +444,7 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
     return std::tuple(cls, order, n->joinSeq);
   };
   std::sort(candidates.begin(), candidates.end(), [&](const Node* a, const Node* b) { return key(a) < key(b); });
-  if (static_cast<int>(candidates.size()) > rules_.maxNodes) candidates.resize(rules_.maxNodes);
+  if (static_cast<int>(candidates.size()) > job_.rules.maxNodes) candidates.resize(job_.rules.maxNodes);
   const int size = static_cast<int>(candidates.size());
 
   // Slots: a static rank, or the previous rank when it still fits, is kept; the rest fill holes.
@@ -480,12 +464,12 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
   }
 
   for (auto& [id, node] : nodes_) node.groupRank = -1;
-  ++round_;
-  phase_ = Phase::kRunning;
+  ++job_.round;
+  job_.phase = Phase::kRunning;
   lastCallDeadline_.reset();
-  succeededMembers_.clear();
-  finishAnnounced_ = false;
-  members_.clear();
+  job_.succeededMembers.clear();
+  job_.finishAnnounced = false;
+  job_.members.clear();
   int worldSize = 0;
   for (Node* n : slots) worldSize += n->info.localWorldSize;
   const Node* master = slots[0];
@@ -493,14 +477,14 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
   for (int rank = 0; rank < size; ++rank) {
     Node* n = slots[rank];
     n->groupRank = rank;
-    members_.push_back(n->info.nodeId);
+    job_.members.push_back(n->info.nodeId);
     RoundAssignment a;
-    a.round = round_;
+    a.round = job_.round;
     a.groupRank = rank;
     a.groupWorldSize = size;
     a.rankOffset = offset;
     a.worldSize = worldSize;
-    a.restartCount = restartCount_;
+    a.restartCount = job_.restartCount;
     a.masterAddr = master->info.host;
     a.masterPort = master->info.masterPort;
     out->push_back(Notice{n->info.nodeId, a});
@@ -509,23 +493,23 @@ void RendezvousState::closeRound(std::vector<Notice>* out) {
 }
 
 void RendezvousState::interruptRound(const std::string& reason, Micros now, std::vector<Notice>* out) {
-  if (phase_ != Phase::kRunning) return;
-  for (const auto& id : members_) {
+  if (job_.phase != Phase::kRunning) return;
+  for (const auto& id : job_.members) {
     auto it = nodes_.find(id);
     if (it == nodes_.end()) continue;
     Node& node = it->second;
     // A member whose workers all succeeded has none left to stop.
-    if (node.info.reportsStopped && !succeededMembers_.count(id)) {
-      setStopping(node, round_);
+    if (node.info.reportsStopped && !job_.succeededMembers.count(id)) {
+      setStopping(node, job_.round);
       node.stoppingSince = now;
     }
-    if (!node.leaving) out->push_back(Notice{id, RoundInterruption{round_, reason}});
+    if (!node.leaving) out->push_back(Notice{id, RoundInterruption{job_.round, reason}});
   }
 }
 
 void RendezvousState::closeJob(bool succeeded, const std::string& reason, std::vector<Notice>* out,
                                const std::optional<WorkerFailure>& failure, const std::string& failedNode) {
-  phase_ = Phase::kClosed;
+  job_.phase = Phase::kClosed;
   for (const auto& [id, node] : nodes_) out->push_back(Notice{id, JobEnd{succeeded, reason, failure, failedNode}});
 }
 

@@ -66,6 +66,8 @@ struct NodeInfo {
   int nodeRank = -1;      // static group rank, -1 when elastic
   uint64_t lastRound = 0; // the round this node last ran in, 0 for a fresh agent
   bool reportsStopped = false;  // the agent reports its workers stopped after an interruption
+
+  bool operator==(const NodeInfo&) const = default;
 };
 
 struct RoundAssignment {
@@ -127,25 +129,37 @@ class RendezvousState {
   struct SnapshotNode {
     NodeInfo info;
     uint64_t joinSeq = 0;
-    int groupRank = -1;
+    int groupRank = -1;       // in the running round; -1 for standby nodes
+    // The round whose interruption the node has not answered with stopped() yet (0: none).
     uint64_t stoppingRound = 0;
-    bool leaving = false;
+    bool leaving = false;     // said it leaves; waits only for its workers to stop
+    bool operator==(const SnapshotNode&) const = default;
   };
-  struct Snapshot {
+  // The job-wide fields of the state, one struct: the snapshot carries it whole, so a field added
+  // here cannot be left out of it. Only what is kept on a clock (deadlines, when a node was seen)
+  // and the indexes derived from the nodes live beside it.
+  struct JobFields {
     std::string runId;
     RendezvousRules rules;
     Phase phase = Phase::kGathering;
-    std::vector<SnapshotNode> nodes;
-    std::vector<std::string> members;
-    std::vector<std::string> succeededMembers;
+    std::vector<std::string> members;          // of the running (or last) round, by group rank
+    std::set<std::string> succeededMembers;    // members of the running round that reported success
+    bool finishAnnounced = false;              // the running round's first RankFinished was told
     uint64_t round = 0;
     int restartCount = 0;
     uint64_t nextJoinSeq = 0;
     bool closeAtOnce = false;
+    // --exclude_node_after, by host (node ids change when an agent restarts; its host does not).
+    std::set<std::string> excludedHosts;
+    std::map<std::string, int> hostFailures;
+    bool operator==(const JobFields&) const = default;
+  };
+  struct Snapshot {
+    JobFields job;
+    std::vector<SnapshotNode> nodes;  // by node id
     Micros joinDeadlineLeft{0};
     std::optional<Micros> lastCallDeadlineLeft;
-    std::vector<std::string> excludedHosts;
-    std::map<std::string, int> hostFailures;
+    bool operator==(const Snapshot&) const = default;
   };
   Snapshot snapshot(Micros now) const;
   static RendezvousState restore(const Snapshot& snapshot, Micros now);
@@ -172,13 +186,13 @@ class RendezvousState {
   // When tick() has work next, if ever.
   std::optional<Micros> nextDeadline() const;
 
-  const RendezvousRules& rules() const { return rules_; }
-  Phase phase() const { return phase_; }
+  const RendezvousRules& rules() const { return job_.rules; }
+  Phase phase() const { return job_.phase; }
   // A gathering's last call has started (its deadline is set).
   bool lastCallStarted() const { return lastCallDeadline_.has_value(); }
-  uint64_t round() const { return round_; }
-  int restartCount() const { return restartCount_; }
-  bool isCurrentRound(uint64_t round) const { return phase_ == Phase::kRunning && round == round_; }
+  uint64_t round() const { return job_.round; }
+  int restartCount() const { return job_.restartCount; }
+  bool isCurrentRound(uint64_t round) const { return job_.phase == Phase::kRunning && round == job_.round; }
   bool hasNode(const std::string& nodeId) const { return nodes_.count(nodeId) != 0; }
   // In the job and not leaving: a candidate for the next round.
   bool isPresent(const std::string& nodeId) const {
@@ -186,7 +200,7 @@ class RendezvousState {
     return it != nodes_.end() && !it->second.leaving;
   }
   // Members of the running (or last) round, by group rank.
-  const std::vector<std::string>& members() const { return members_; }
+  const std::vector<std::string>& members() const { return job_.members; }
 
   // What a node is doing, for the status call and the metrics (no rule depends on it).
   enum class NodeState {
@@ -220,16 +234,10 @@ class RendezvousState {
   static std::string rulesDifference(const RendezvousRules& mine, const RendezvousRules& job);
 
  private:
-  struct Node {
-    NodeInfo info;
+  // A node: what a snapshot carries of it, and when it was last heard from (on this state's clock).
+  struct Node : SnapshotNode {
     Micros lastSeen{0};
-    uint64_t joinSeq = 0;
-    int groupRank = -1;     // in the running round; -1 for standby nodes
-    // The round whose interruption the node has not answered with stopped() yet (0: none), and
-    // since when it is awaited.
-    uint64_t stoppingRound = 0;
-    Micros stoppingSince{0};
-    bool leaving = false;   // said it leaves; waits only for its workers to stop
+    Micros stoppingSince{0};  // since when its stopped() is awaited
   };
 
   NodeState stateOf(const Node& node) const;
@@ -253,9 +261,7 @@ class RendezvousState {
   std::optional<Rejection> checkReport(const std::string& nodeId, uint64_t round) const;
   void checkBarrier(std::vector<Notice>* out);
 
-  std::string runId_;
-  RendezvousRules rules_;
-  Phase phase_ = Phase::kGathering;
+  JobFields job_;
   // Changed only through addNode(), setLeaving(), setStopping() and eraseNode(), which keep the
   // counts and the index below: presentCount(), anyStopping() and the taken node ranks are asked
   // on every Join, and a walk over nodes_ there made a gathering of N nodes O(N^2)
@@ -264,18 +270,8 @@ class RendezvousState {
   int leavingCount_ = 0;   // nodes with leaving set
   int stoppingCount_ = 0;  // nodes with a stoppingRound
   std::map<int, std::string> byNodeRank_;  // static node ranks taken (NodeInfo::nodeRank >= 0)
-  std::vector<std::string> members_;
-  std::set<std::string> succeededMembers_;  // members of the running round that reported success
-  bool finishAnnounced_ = false;             // the running round's first RankFinished was told
-  uint64_t round_ = 0;
-  int restartCount_ = 0;
-  uint64_t nextJoinSeq_ = 0;
-  bool closeAtOnce_ = false;
   Micros joinDeadline_{0};
   std::optional<Micros> lastCallDeadline_;
-  // --exclude_node_after, by host (node ids change when an agent restarts; its host does not).
-  std::set<std::string> excludedHosts_;
-  std::map<std::string, int> hostFailures_;
 };
 
 }  // namespace ddprun

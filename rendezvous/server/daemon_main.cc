@@ -12,7 +12,7 @@
 #include "common/logging.h"
 #include "common/strings.h"
 #include "common/token_file.h"
-#include "rendezvous/client/status_command.h"
+#include "rendezvous/server/status_command.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rpc/grpc_runtime.h"
 

@@ -78,7 +78,13 @@ class RendezvousServer::Impl {
     port_ = listener_->port();
     RendezvousServiceOptions service;
     service.token = options_.token;
-    service.onNewRound = [this](const std::string& runId, uint64_t round) { storeCore_->store().dropRoundsBefore(runId, round); };
+    service.onStoreDrops = [this](const std::string& runId, const StoreDrops& drops) {
+      if (drops.run) {
+        storeCore_->store().dropRun(runId);
+      } else {
+        storeCore_->store().dropRoundsBefore(runId, drops.roundsBelow);
+      }
+    };
     service.onJobGone = [this](const std::string& runId) {
       storeCore_->store().dropRun(runId);
       if (metrics_) metrics_->onJobGone(runId);

@@ -321,8 +321,8 @@ class RendezvousService::Impl {
     fx.heartbeatGaps.clear();
   }
 
-  void newRoundLocked(const std::string& runId, uint64_t round) {
-    if (options_.onNewRound) upkeep_.push_back([this, runId, round] { options_.onNewRound(runId, round); });
+  void storeDropsLocked(const std::string& runId, const StoreDrops& drops) {
+    if (options_.onStoreDrops) upkeep_.push_back([this, runId, drops] { options_.onStoreDrops(runId, drops); });
   }
   void jobGoneLocked(const std::string& runId) {
     if (options_.onJobGone) upkeep_.push_back([this, runId] { options_.onJobGone(runId); });
@@ -461,9 +461,9 @@ class RendezvousService::Impl {
   }
 
   // Queues notices for their sessions; a fatal rejection or the end of the job closes the stream.
-  // A new round's store upkeep is decided first, so it runs before the round reaches any agent.
+  // The store's drops are decided first, so they run before a new round reaches any agent.
   void dispatch(Job& job, Effects effects, Pending* fx) {
-    for (uint64_t round : effects.roundsStarted) newRoundLocked(job.runId, round);
+    if (effects.storeDrops.any()) storeDropsLocked(job.runId, effects.storeDrops);
     if (!effects.events.empty()) fx->events.emplace_back(job.runId, std::move(effects.events));
     if (effects.heartbeatGap) fx->heartbeatGaps.push_back(*effects.heartbeatGap);
     for (const auto& notice : effects.notices) {

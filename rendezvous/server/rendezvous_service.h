@@ -12,6 +12,7 @@
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rules/job_event.h"
+#include "rendezvous/rules/rules_host.h"  // StoreDrops
 
 namespace ddprun {
 
@@ -19,8 +20,9 @@ struct RendezvousServiceOptions {
   std::string token;  // empty: unauthenticated
   // The two below run outside the service's lock (they may call roundIsCurrent), one at a time, in
   // the order the events happened, and before the messages of any later event reach agents.
-  // A run started a new round, so the store can drop older rounds (and end their waits).
-  std::function<void(const std::string& runId, uint64_t round)> onNewRound;
+  // What the rules host decided the workers' store drops (older rounds when a round starts, the
+  // whole run when the job ends), ending their waits.
+  std::function<void(const std::string& runId, const StoreDrops& drops)> onStoreDrops;
   // A finished job is forgotten (its last agent left, or a new run reuses its id), so the store
   // frees its keys.
   std::function<void(const std::string& runId)> onJobGone;

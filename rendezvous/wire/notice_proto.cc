@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/exit_codes.h"
+#include "common/store_prefix.h"
 #include "common/strings.h"
 #include "rendezvous/wire/worker_failure_message.h"
 #include "rpc/grpc_util.h"
@@ -53,10 +54,6 @@ pb::Rejected::Code toProto(RejectCode code) {
     case RejectCode::kExcluded: return pb::Rejected::EXCLUDED;
   }
   return pb::Rejected::UNSPECIFIED;
-}
-
-std::string storePrefix(const std::string& runId, uint64_t round) {
-  return "/run/" + runId + "/round/" + std::to_string(round) + "/";
 }
 
 pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats) {

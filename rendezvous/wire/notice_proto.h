@@ -11,9 +11,6 @@
 
 namespace ddprun {
 
-// "/run/<id>/round/<n>/": the workers' store prefix of a round (DDPRUN_STORE_PREFIX).
-std::string storePrefix(const std::string& runId, uint64_t round);
-
 v1::Rejected::Code toProto(RejectCode code);
 
 // A job's rules on the wire (JobRules, in milliseconds) and back: the Join of both backends.

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "common/error.h"
+#include "common/store_prefix.h"
 #include "common/strings.h"
 
 namespace ddprun {
@@ -62,7 +63,7 @@ namespace {
 
 // The key cut and escaped, as every message naming a key: it is the client's bytes.
 std::string describe(const StoreScope& scope, const std::string& key) {
-  return "/run/" + scope.runId + "/round/" + std::to_string(scope.round) + "/" + printable(key, 64);
+  return storePrefix(scope.runId, scope.round) + printable(key, 64);
 }
 
 void validateScope(const StoreScope& scope) {

@@ -135,3 +135,35 @@ TEST_CASE("rules host: other rules are refused naming the difference, effects na
   CHECK(done.jobEnded);
   CHECK(done.roundsStarted.empty());
 }
+
+// The rules host decides once what the workers' store drops (both backends apply it): the etcd
+// driver deleted only round N-1, the gRPC service never dropped a run at its end.
+TEST_CASE("rules host: the store drops every round before a new one, and the whole run at the job's end",
+          "[rendezvous]") {
+  RendezvousRules rules;
+  rules.minNodes = 1;
+  rules.maxNodes = 3;
+  rules.lastCallTimeout = Micros(0);
+  RulesHost host("job", rules, Micros(0));
+  auto joined = [&](const std::string& id) {
+    Admitted a{goodJoin().node, rules, {}};
+    a.node.nodeId = id;
+    a.node.masterPort = 29500;
+    return host.join(a, Micros(1));
+  };
+  Effects first = joined("a");
+  first.append(host.tick(Micros(1)));  // min 1 and the last call over: round 1
+  CHECK(first.storeDrops == StoreDrops{1, false});
+  // Two joins in one batch (the etcd driver's): rounds 2 and 3 start, and the batch drops 1 and 2.
+  Effects batch = joined("b");
+  batch.append(joined("c"));
+  CHECK(batch.roundsStarted == std::vector<uint64_t>{2, 3});
+  CHECK(batch.storeDrops == StoreDrops{3, false});
+  Effects quiet = host.report("a", AgentReport::heartbeat(3), Micros(2));
+  CHECK_FALSE(quiet.storeDrops.any());
+  host.report("a", AgentReport::succeeded(3), Micros(3));
+  host.report("b", AgentReport::succeeded(3), Micros(3));
+  Effects end = host.report("c", AgentReport::succeeded(3), Micros(3));
+  CHECK(end.jobEnded);
+  CHECK(end.storeDrops.run);
+}

@@ -1,7 +1,7 @@
-// The etcd rendezvous' records (rendezvous/wire/etcd_records.h): a snapshot survives its wire form
+// The etcd rendezvous' records (rendezvous/etcd/etcd_records.h): a snapshot survives its wire form
 // exactly, and a state restored from it answers as the original; rules and notices keep their
 // fields.
-#include "rendezvous/wire/etcd_records.h"
+#include "rendezvous/etcd/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
 
 #include "state_machine_test_util.h"
@@ -63,10 +63,30 @@ TEST_CASE("etcd records: excluded hosts and failure counts survive the snapshot'
   ddprun::v1::RendezvousSnapshot back;
   REQUIRE(back.ParseFromString(rec::toProto(s.snapshot(sec(5)), 1).SerializeAsString()));
   auto snap = rec::fromProto(back);
-  CHECK(snap.rules.excludeNodeAfter == 2);
-  CHECK(snap.excludedHosts == std::vector<std::string>{"host-b"});
-  CHECK(snap.hostFailures == std::map<std::string, int>{{"host-a", 1}, {"host-b", 2}});
+  CHECK(snap.job.rules.excludeNodeAfter == 2);
+  CHECK(snap.job.excludedHosts == std::set<std::string>{"host-b"});
+  CHECK(snap.job.hostFailures == std::map<std::string, int>{{"host-a", 1}, {"host-b", 2}});
   RendezvousState twin = RendezvousState::restore(snap, sec(0));
   auto out = twin.workerFailed("a", twin.round(), sec(1));  // host-a's second: excluded on the successor too
   CHECK_FALSE(twin.hasNode("a"));
+}
+
+TEST_CASE("etcd records: that the round's first finish was told survives the snapshot's wire form", "[rendezvous][snapshot]") {
+  auto r = rules(2, 2);
+  r.heartbeatTimeout = sec(120);
+  RendezvousState s("job", r, sec(0));
+  join(s, "a", sec(1));
+  join(s, "b", sec(1));
+  REQUIRE(s.rankFinished("a", 1, 0, sec(2)).size() == 1);
+  ddprun::v1::RendezvousSnapshot back;
+  REQUIRE(back.ParseFromString(rec::toProto(s.snapshot(sec(3)), 1).SerializeAsString()));
+  RendezvousState twin = RendezvousState::restore(rec::fromProto(back), sec(0));
+  CHECK(twin.rankFinished("b", 1, 1, sec(1)).empty());  // not told to a a second time
+}
+
+TEST_CASE("etcd records: every field of a snapshot survives its wire form", "[rendezvous][snapshot]") {
+  const RendezvousState::Snapshot s = everyFieldSet();
+  ddprun::v1::RendezvousSnapshot back;
+  REQUIRE(back.ParseFromString(rec::toProto(s, 5).SerializeAsString()));
+  CHECK(rec::fromProto(back) == s);
 }

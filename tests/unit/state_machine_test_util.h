@@ -190,3 +190,36 @@ inline void startRound(RendezvousState& s, const std::vector<std::string>& ids) 
 }
 
 }  // namespace ddprun::state_machine_test
+
+namespace ddprun::state_machine_test {
+
+// A snapshot with every field away from its default (the round-trip tests: a field left out of
+// a copy or a wire form shows as a difference).
+inline RendezvousState::Snapshot everyFieldSet() {
+  RendezvousState::Snapshot s;
+  auto& job = s.job;
+  job.runId = "job";
+  job.rules = rules(2, 4, 3);
+  job.rules.excludeNodeAfter = 2;
+  job.phase = Phase::kRunning;
+  job.members = {"b", "a"};
+  job.succeededMembers = {"b"};
+  job.finishAnnounced = true;
+  job.round = 7;
+  job.restartCount = 2;
+  job.nextJoinSeq = 9;
+  job.closeAtOnce = true;
+  job.excludedHosts = {"host-x"};
+  job.hostFailures = {{"host-a", 1}, {"host-x", 2}};
+  RendezvousState::SnapshotNode a{nodeInfo("a", 2, -1, 6), 3, 1, 0, false};
+  a.info.reportsStopped = true;
+  RendezvousState::SnapshotNode b{nodeInfo("b", 1, 0, 7), 5, 0, 0, false};
+  RendezvousState::SnapshotNode c{nodeInfo("c"), 8, -1, 6, true};  // a standby that left, still stopping
+  c.info.reportsStopped = true;
+  s.nodes = {a, b, c};
+  s.joinDeadlineLeft = sec(11);
+  s.lastCallDeadlineLeft = sec(3);
+  return s;
+}
+
+}  // namespace ddprun::state_machine_test

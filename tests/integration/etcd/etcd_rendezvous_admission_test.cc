@@ -17,7 +17,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "etcd/etcd_client.h"
 #include "etcd_test_cluster.h"
-#include "rendezvous/client/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"

@@ -1,11 +1,12 @@
-#include "rendezvous/client/etcd_status.h"
+#include "rendezvous/etcd/etcd_status.h"
 
 #include <algorithm>
 #include <map>
 
 #include "common/strings.h"
 #include "ddprun/v1/etcd_rendezvous.pb.h"
-#include "rendezvous/wire/etcd_records.h"
+#include "rendezvous/etcd/etcd_keys.h"
+#include "rendezvous/etcd/etcd_records.h"
 #include "rendezvous/wire/status_proto.h"
 
 namespace ddprun {
@@ -19,18 +20,16 @@ v1::StatusReply readEtcdStatus(EtcdStatusOptions o) {
   o.client.callTimeout = o.timeout;
   o.client.retryTimeout = o.timeout;
   EtcdClient client(o.client);
-  std::string root = o.prefix;
-  while (!root.empty() && root.back() == '/') root.pop_back();
-  const std::string rdzv = root + "/run/" + o.runId + "/rdzv/";
-  auto state = client.get(rdzv + "state");
-  const auto nodeKeys = client.getPrefix(rdzv + "nodes/");
+  const EtcdKeys keys(o.prefix, o.runId);
+  auto state = client.get(keys.state());
+  const auto nodeKeys = client.getPrefix(keys.nodes());
   if (!state && nodeKeys.empty()) return reply;
 
   // The state is the driver's last write; before the first one, the job only has nodes' keys.
   v1::RendezvousSnapshot snapshot;
   RendezvousState::Snapshot rules;
   if (state && snapshot.ParseFromString(state->value)) rules = etcd_records::fromProto(snapshot);
-  rules.runId = o.runId;
+  rules.job.runId = o.runId;
   const Micros now{0};
   v1::JobStatus* job = reply.add_jobs();
   job->set_run_id(o.runId);
@@ -42,7 +41,7 @@ v1::StatusReply readEtcdStatus(EtcdStatusOptions o) {
   // Liveness on etcd is each node's lease, not a heartbeat the reader saw: say how long each has
   // left, and list the nodes whose keys exist but that the driver has not taken in yet.
   std::map<std::string, int64_t> leases;
-  for (const auto& kv : nodeKeys) leases[kv.key.substr(rdzv.size() + 6)] = kv.lease;
+  for (const auto& kv : nodeKeys) leases[keys.nodeOfNodeKey(kv.key).value_or(kv.key)] = kv.lease;
   for (auto& node : *job->mutable_nodes()) {
     node.set_last_heartbeat_age_s(-1);
     auto it = leases.find(node.node_id());

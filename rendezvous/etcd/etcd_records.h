@@ -13,11 +13,7 @@ namespace ddprun::etcd_records {
 
 // The notices themselves are ddprun.v1.ServerMessage (notice_proto.h), a node's Join and events
 // ddprun.v1.AgentMessage (agent_proto.h), converted as the gRPC backend's are. The snapshot's
-// nodes are Joins too (agent_proto.h's NodeInfo conversion).
-
-// The key suffix of a node's n-th event or notice: zero-padded, so that etcd's key order is their
-// order.
-std::string seqKey(uint64_t seq);
+// nodes are Joins too (agent_proto.h's NodeInfo conversion). Where each lives: etcd_keys.h.
 
 v1::RendezvousSnapshot toProto(const RendezvousState::Snapshot& snapshot, uint64_t noticeSeq);
 RendezvousState::Snapshot fromProto(const v1::RendezvousSnapshot& message);

@@ -1,4 +1,4 @@
-#include "rendezvous/client/status_command.h"
+#include "rendezvous/server/status_command.h"
 
 #include <boost/json.hpp>
 #include <grpcpp/client_context.h>
@@ -14,7 +14,7 @@
 #include "common/token_file.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/client/connect_probe.h"
-#include "rendezvous/client/etcd_status.h"
+#include "rendezvous/etcd/etcd_status.h"
 #include "rpc/grpc_util.h"
 #include "tls/client.h"
 

@@ -1,7 +1,4 @@
-#include "rendezvous/wire/etcd_records.h"
-
-#include <cinttypes>
-#include <cstdio>
+#include "rendezvous/etcd/etcd_records.h"
 
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
@@ -16,17 +13,12 @@ int64_t us(Micros t) { return t.count(); }
 
 }  // namespace
 
-std::string seqKey(uint64_t seq) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
-  return buf;
-}
-
 pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noticeSeq) {
+  const RendezvousState::JobFields& job = s.job;
   pb::RendezvousSnapshot m;
-  m.set_run_id(s.runId);
-  ddprun::toProto(s.rules, m.mutable_rules());
-  m.set_phase(static_cast<pb::RendezvousSnapshot::Phase>(s.phase));
+  m.set_run_id(job.runId);
+  ddprun::toProto(job.rules, m.mutable_rules());
+  m.set_phase(static_cast<pb::RendezvousSnapshot::Phase>(job.phase));
   for (const auto& n : s.nodes) {
     auto* out = m.add_nodes();
     ddprun::toProto(n.info, out->mutable_join());
@@ -35,26 +27,28 @@ pb::RendezvousSnapshot toProto(const RendezvousState::Snapshot& s, uint64_t noti
     out->set_join_seq(n.joinSeq);
     out->set_group_rank(n.groupRank);
   }
-  for (const auto& id : s.members) m.add_members(id);
-  for (const auto& id : s.succeededMembers) m.add_succeeded_members(id);
-  m.set_round(s.round);
-  m.set_restart_count(s.restartCount);
-  m.set_next_join_seq(s.nextJoinSeq);
-  m.set_close_at_once(s.closeAtOnce);
+  for (const auto& id : job.members) m.add_members(id);
+  for (const auto& id : job.succeededMembers) m.add_succeeded_members(id);
+  m.set_finish_announced(job.finishAnnounced);
+  m.set_round(job.round);
+  m.set_restart_count(job.restartCount);
+  m.set_next_join_seq(job.nextJoinSeq);
+  m.set_close_at_once(job.closeAtOnce);
+  for (const auto& host : job.excludedHosts) m.add_excluded_hosts(host);
+  for (const auto& [host, n] : job.hostFailures) (*m.mutable_host_failures())[host] = n;
   m.set_join_deadline_left_us(us(s.joinDeadlineLeft));
   m.set_has_last_call(s.lastCallDeadlineLeft.has_value());
   if (s.lastCallDeadlineLeft) m.set_last_call_left_us(us(*s.lastCallDeadlineLeft));
   m.set_notice_seq(noticeSeq);
-  for (const auto& host : s.excludedHosts) m.add_excluded_hosts(host);
-  for (const auto& [host, n] : s.hostFailures) (*m.mutable_host_failures())[host] = n;
   return m;
 }
 
 RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
   RendezvousState::Snapshot s;
-  s.runId = m.run_id();
-  s.rules = ddprun::fromProto(m.rules());
-  s.phase = static_cast<RendezvousState::Phase>(m.phase());
+  RendezvousState::JobFields& job = s.job;
+  job.runId = m.run_id();
+  job.rules = ddprun::fromProto(m.rules());
+  job.phase = static_cast<RendezvousState::Phase>(m.phase());
   for (const auto& n : m.nodes()) {
     RendezvousState::SnapshotNode node;
     node.info = nodeInfoOf(n.join());
@@ -64,16 +58,17 @@ RendezvousState::Snapshot fromProto(const pb::RendezvousSnapshot& m) {
     node.groupRank = n.group_rank();
     s.nodes.push_back(node);
   }
-  s.members.assign(m.members().begin(), m.members().end());
-  s.succeededMembers.assign(m.succeeded_members().begin(), m.succeeded_members().end());
-  s.round = m.round();
-  s.restartCount = m.restart_count();
-  s.nextJoinSeq = m.next_join_seq();
-  s.closeAtOnce = m.close_at_once();
+  job.members.assign(m.members().begin(), m.members().end());
+  job.succeededMembers.insert(m.succeeded_members().begin(), m.succeeded_members().end());
+  job.finishAnnounced = m.finish_announced();
+  job.round = m.round();
+  job.restartCount = m.restart_count();
+  job.nextJoinSeq = m.next_join_seq();
+  job.closeAtOnce = m.close_at_once();
+  job.excludedHosts.insert(m.excluded_hosts().begin(), m.excluded_hosts().end());
+  for (const auto& [host, n] : m.host_failures()) job.hostFailures[host] = n;
   s.joinDeadlineLeft = Micros(m.join_deadline_left_us());
   if (m.has_last_call()) s.lastCallDeadlineLeft = Micros(m.last_call_left_us());
-  s.excludedHosts.assign(m.excluded_hosts().begin(), m.excluded_hosts().end());
-  for (const auto& [host, n] : m.host_failures()) s.hostFailures[host] = n;
   return s;
 }
 

@@ -1,4 +1,4 @@
-#include "rendezvous/client/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,22 +8,20 @@
 #include <mutex>
 #include <thread>
 
-#include "common/backoff.h"
 #include "common/error.h"
 #include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "etcd/etcd_watch.h"
 #include "rendezvous/client/client_core.h"
-#include "rendezvous/client/etcd_driver.h"
+#include "rendezvous/etcd/etcd_driver.h"
+#include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/wire/agent_proto.h"
-#include "rendezvous/wire/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
 #include "tls/client.h"
 
 namespace ddprun {
 
 namespace pb = ddprun::v1;
-using namespace etcd_records;  // NOLINT: the records of this backend, both ways
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
@@ -50,11 +48,10 @@ namespace {
 class EtcdRendezvous final : public Rendezvous {
  public:
   EtcdRendezvous(EtcdRendezvousOptions options, ClientCore::Post post)
-      : o_(std::move(options)), core_(std::move(post), o_.rules.heartbeatTimeout), client_(o_.client) {
-    std::string root = o_.prefix;
-    while (!root.empty() && root.back() == '/') root.pop_back();
-    jobPrefix_ = root + "/run/" + o_.runId + "/";
-    rdzv_ = jobPrefix_ + "rdzv/";
+      : o_(std::move(options)),
+        core_(std::move(post), o_.rules.heartbeatTimeout),
+        client_(o_.client),
+        keys_(o_.prefix, o_.runId) {
     for (const auto& e : o_.client.endpoints) storeAddr_ += (storeAddr_.empty() ? "etcd://" : ",") + e;
     // Rules travel in milliseconds (JobRules): compare and run them at that precision.
     pb::JobRules wire;
@@ -119,14 +116,14 @@ class EtcdRendezvous final : public Rendezvous {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     jobLease_ = jobLease(ttl() * 2);
     driver_ = std::make_unique<EtcdDriver>(
-        client_, EtcdDriverOptions{o_.runId, o_.nodeId, o_.rules, jobPrefix_, jobLease_, heartbeat_}, stopping_);
+        client_, EtcdDriverOptions{o_.runId, o_.nodeId, o_.rules, o_.prefix, jobLease_, heartbeat_}, stopping_);
     // This node's notices from now: the watch must exist before the join is written (no notice can
     // come earlier), and a watch from now gets each notice as it commits (EtcdWatch, kFromNow).
     // etcd creates it (on the watch's own thread) while the node lease is granted here. Not before
     // the job lease: that call finds a member that answers, which the watch then starts on (a
     // watch opened on a frozen member waits out its probe first).
-    notices_ = std::make_unique<EtcdWatch>(client_, rdzv_ + "notices/" + o_.nodeId + "/",
-                                           etcdPrefixEnd(rdzv_ + "notices/" + o_.nodeId + "/"), EtcdWatch::kFromNow);
+    notices_ = std::make_unique<EtcdWatch>(client_, keys_.notices(o_.nodeId), etcdPrefixEnd(keys_.notices(o_.nodeId)),
+                                           EtcdWatch::kFromNow);
     if (!putNode([this] { return waitWatchStarted(*notices_, stopping_).has_value(); }, /*elect=*/true)) return;  // stopping
     if (stopping_) return;
     threads_.emplace_back([this] { keepAlive(); });
@@ -161,14 +158,13 @@ class EtcdRendezvous final : public Rendezvous {
     pb::Join j;
     toProto(joinRequestOf(o_, core_.round()), &j);
     if (!elect) {
-      client_.put(rdzv_ + "nodes/" + o_.nodeId, j.SerializeAsString(), lease);
+      client_.put(keys_.node(o_.nodeId), j.SerializeAsString(), lease);
       return true;
     }
-    const std::string driver = rdzv_ + "driver";
-    etcdserverpb::TxnRequest t = putIfAbsent(driver, o_.nodeId, lease);
+    etcdserverpb::TxnRequest t = putIfAbsent(keys_.driver(), o_.nodeId, lease);
     for (auto* branch : {t.add_success(), t.add_failure()}) {
       auto* put = branch->mutable_request_put();
-      put->set_key(rdzv_ + "nodes/" + o_.nodeId);
+      put->set_key(keys_.node(o_.nodeId));
       put->set_value(j.SerializeAsString());
       put->set_lease(lease);
     }
@@ -190,7 +186,7 @@ class EtcdRendezvous final : public Rendezvous {
     if (nodeLease_ == 0) return;  // not joined (yet): the driver knows nothing of this node to update
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reports_.emplace_back(rdzv_ + "events/" + o_.nodeId + "/" + seqKey(++eventSeq_), msg.SerializeAsString());
+      reports_.emplace_back(keys_.event(o_.nodeId, ++eventSeq_), msg.SerializeAsString());
     }
     cv_.notify_all();
   }
@@ -260,8 +256,8 @@ class EtcdRendezvous final : public Rendezvous {
       EtcdClient cleanup(cleanupOptions);
       cleanup.revokeLease(nodeLease_);
       // The last node out removes the job: its state, notices and the workers' keys.
-      if (cleanup.countPrefix(rdzv_ + "nodes/") == 0) {
-        cleanup.deletePrefix(jobPrefix_);
+      if (cleanup.countPrefix(keys_.nodes()) == 0) {
+        cleanup.deletePrefix(keys_.job());
         if (jobLease_ != 0) cleanup.revokeLease(jobLease_);
       }
     } catch (const Error& e) {
@@ -275,7 +271,7 @@ class EtcdRendezvous final : public Rendezvous {
   // The job's lease: every agent renews it; the job's state and notices live on it, so they go
   // when every agent has died.
   int64_t jobLease(std::chrono::seconds ttl) {
-    const std::string key = rdzv_ + "joblease";
+    const std::string key = keys_.jobLease();
     for (;;) {
       if (auto kv = client_.get(key)) {
         if (client_.keepAliveOnce(kv->lease) > 0) return kv->lease;
@@ -356,21 +352,23 @@ class EtcdRendezvous final : public Rendezvous {
     core_.markFenced(round);
     if (round > 0) core_.postFenced(round, why, std::chrono::milliseconds(0));
     spdlog::warn("rendezvous (etcd): {}; joining again", why);
-    const auto deadline = SteadyClock::now() + core_.rejoinWindow();
-    Backoff backoff(std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
-    while (!stopping_ && !core_.closed() && SteadyClock::now() < deadline) {
-      try {
-        // The old key goes first (its lease, if etcd still has it), so the driver reads a leave
-        // and then a join, never a silent rewrite of a member's key.
-        client_.revokeLease(nodeLease_);
-        putNode();
-        return true;
-      } catch (const Error& e) {
-        spdlog::warn("rendezvous (etcd): joining again failed: {}", e.what());
-      }
-      waitStopping(backoff.next());
-    }
-    fail(why + "; could not join again within " + std::to_string(core_.rejoinWindow().count()) + " ms");
+    const auto outcome = core_.rejoin(
+        core_.openRejoinWindow(),
+        [&] {
+          try {
+            // The old key goes first (its lease, if etcd still has it), so the driver reads a leave
+            // and then a join, never a silent rewrite of a member's key.
+            client_.revokeLease(nodeLease_);
+            putNode();
+            return true;
+          } catch (const Error& e) {
+            spdlog::warn("rendezvous (etcd): joining again failed: {}", e.what());
+            return false;
+          }
+        },
+        [this](std::chrono::milliseconds d) { return waitStopping(d); });
+    if (outcome == ClientCore::Rejoin::kJoined) return true;
+    if (outcome == ClientCore::Rejoin::kWindowPassed) fail(core_.rejoinFailed(why));
     return false;
   }
 
@@ -379,7 +377,7 @@ class EtcdRendezvous final : public Rendezvous {
 
   // This node's notices, in order, to the agent's event loop.
   void follow() {
-    const std::string prefix = rdzv_ + "notices/" + o_.nodeId + "/";
+    const std::string prefix = keys_.notices(o_.nodeId);
     std::string last;  // the key of the last notice delivered (keys grow: seqKey)
     while (!stopping_ && !core_.closed()) {
       std::vector<mvccpb::Event> events;
@@ -432,7 +430,7 @@ class EtcdRendezvous final : public Rendezvous {
   // The election: whoever creates the driver key (on its own lease) drives; the others wait for
   // the key to go (its node's lease expired) and try again.
   void elect() {
-    const std::string key = rdzv_ + "driver";
+    const std::string key = keys_.driver();
     // The join's transaction stood for driver already (putNode): go on from its outcome.
     std::optional<Election> first = firstElection_;
     while (!stopping_ && !core_.closed()) {
@@ -497,15 +495,9 @@ class EtcdRendezvous final : public Rendezvous {
   // its next try) starts from etcd as a takeover does. The key is deleted only while it is
   // still this node's.
   void releaseDriver() {
-    const std::string key = rdzv_ + "driver";
     try {
-      etcdserverpb::TxnRequest t;
-      auto* cmp = t.add_compare();
-      cmp->set_key(key);
-      cmp->set_target(etcdserverpb::Compare::VALUE);
-      cmp->set_result(etcdserverpb::Compare::EQUAL);
-      cmp->set_value(o_.nodeId);
-      t.add_success()->mutable_request_delete_range()->set_key(key);
+      etcdserverpb::TxnRequest t = whileDriver(keys_, o_.nodeId);
+      t.add_success()->mutable_request_delete_range()->set_key(keys_.driver());
       client_.txn(t);
     } catch (const Error& e) {
       spdlog::warn("rendezvous (etcd): cannot hand over driving: {}", e.what());
@@ -516,7 +508,8 @@ class EtcdRendezvous final : public Rendezvous {
   EtcdRendezvousOptions o_;
   ClientCore core_;
   EtcdClient client_;
-  std::string jobPrefix_, rdzv_, storeAddr_;
+  const EtcdKeys keys_;
+  std::string storeAddr_;
   std::chrono::milliseconds heartbeat_{5000};
   // When the last renewal that etcd answered was sent (steady clock ticks): read by fenced() on
   // the agent's thread, written by the renewal thread.

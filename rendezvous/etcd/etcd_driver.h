@@ -16,6 +16,7 @@
 
 #include "etcd/etcd_client.h"
 #include "etcd/etcd_watch.h"
+#include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/rules/rules_host.h"
 
 namespace ddprun {
@@ -24,7 +25,7 @@ struct EtcdDriverOptions {
   std::string runId;
   std::string nodeId;     // this node: the driver key holds it
   RendezvousRules rules;  // for a job with no snapshot yet
-  std::string jobPrefix;  // <root>/run/<run id>/
+  std::string root;       // the key root (EtcdKeys)
   int64_t jobLease = 0;   // the notices, the snapshot and the store's round marker live on it
   std::chrono::milliseconds heartbeat{5000};
 };
@@ -53,14 +54,14 @@ class EtcdDriver {
   // One key under rdzv/ (value null: deleted) into the rules host.
   void apply(RulesHost& host, std::set<std::string>& live, const std::string& key, const std::string* value,
              Effects& out, std::vector<std::string>& applied);
-  // Notices, the applied events' deletion and the state's snapshot in one transaction guarded by
-  // the driver key; false when this node no longer drives.
+  // Notices, the applied events' deletion, the store's drops and the state's snapshot in one
+  // transaction guarded by the driver key; false when this node no longer drives.
   bool write(const RulesHost& host, const Effects& effects, const std::vector<std::string>& applied);
 
   EtcdClient& client_;
-  const EtcdDriverOptions o_;
+  const EtcdDriverOptions options_;
   const std::atomic<bool>& stopping_;
-  const std::string rdzv_;   // <job>/rdzv/
+  const EtcdKeys keys_;
   uint64_t noticeSeq_ = 0;   // the last notice's number; a takeover goes on from the snapshot's
 };
 

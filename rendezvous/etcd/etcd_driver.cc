@@ -1,4 +1,4 @@
-#include "rendezvous/client/etcd_driver.h"
+#include "rendezvous/etcd/etcd_driver.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,12 +7,11 @@
 
 #include "common/error.h"
 #include "common/ids.h"
-#include "common/strings.h"
 #include "ddprun/v1/etcd_rendezvous.pb.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/rules/admission.h"
+#include "rendezvous/etcd/etcd_records.h"
 #include "rendezvous/wire/agent_proto.h"
-#include "rendezvous/wire/etcd_records.h"
 #include "rendezvous/wire/notice_proto.h"
 #include "rendezvous/wire/status_proto.h"
 
@@ -36,14 +35,14 @@ std::optional<int64_t> waitWatchStarted(EtcdWatch& watch, const std::atomic<bool
 }
 
 EtcdDriver::EtcdDriver(EtcdClient& client, EtcdDriverOptions options, const std::atomic<bool>& stopping)
-    : client_(client), o_(std::move(options)), stopping_(stopping), rdzv_(o_.jobPrefix + "rdzv/") {}
+    : client_(client), options_(std::move(options)), stopping_(stopping), keys_(options_.root, options_.runId) {}
 
 // The driver: the one RendezvousState, fed by the keys under rdzv/ and ticked on this process's
 // monotonic clock; every batch of notices goes out in one transaction guarded by the driver key.
 EtcdDriver::End EtcdDriver::drive() {
   // The watch first, from now, then everything under rdzv/ as of the revision it starts after:
   // nothing is missed or seen twice, and the watch gets each join as it commits (EtcdWatch).
-  EtcdWatch watch(client_, rdzv_, etcdPrefixEnd(rdzv_), EtcdWatch::kFromNow);
+  EtcdWatch watch(client_, keys_.rdzv(), etcdPrefixEnd(keys_.rdzv()), EtcdWatch::kFromNow);
   std::optional<int64_t> from;
   try {
     from = waitWatchStarted(watch, stopping_);
@@ -52,14 +51,14 @@ EtcdDriver::End EtcdDriver::drive() {
     return End::kWatchLost;
   }
   if (!from) return End::kOver;  // this process stops
-  auto all = client_.getPrefix(rdzv_, nullptr, *from);
-  const std::string nodes = rdzv_ + "nodes/";
+  auto all = client_.getPrefix(keys_.rdzv(), nullptr, *from);
   std::set<std::string> keyed;  // nodes whose key exists: alive, as far as etcd knows
   std::optional<pb::RendezvousSnapshot> saved;
+  const std::string stateKey = keys_.state();
   for (const auto& kv : all) {
-    if (startsWith(kv.key, nodes)) keyed.insert(kv.key.substr(nodes.size()));
+    if (auto id = keys_.nodeOfNodeKey(kv.key)) keyed.insert(*id);
     pb::RendezvousSnapshot snap;
-    if (kv.key == rdzv_ + "state" && snap.ParseFromString(kv.value)) saved = snap;
+    if (kv.key == stateKey && snap.ParseFromString(kv.value)) saved = snap;
   }
   Effects out;
   std::vector<std::string> applied;
@@ -70,10 +69,10 @@ EtcdDriver::End EtcdDriver::drive() {
   RulesHost host = saved ? RulesHost(fromProto(*saved), now, saved->last_event_seq(),
                                      saved->has_last_failure() ? std::optional<JobEvent>(fromProto(saved->last_failure()))
                                                                : std::nullopt)
-                         : RulesHost(o_.runId, o_.rules, now);
+                         : RulesHost(options_.runId, options_.rules, now);
   if (saved) {
     noticeSeq_ = saved->notice_seq();
-    spdlog::info("rendezvous (etcd): this node takes over driving job {} at round {}", o_.runId, saved->round());
+    spdlog::info("rendezvous (etcd): this node takes over driving job {} at round {}", options_.runId, saved->round());
     for (const auto& n : saved->nodes()) {
       const std::string& id = n.join().node_id();
       if (keyed.count(id)) {
@@ -87,7 +86,7 @@ EtcdDriver::End EtcdDriver::drive() {
       return End::kOver;
     }
   } else {
-    spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", o_.runId);
+    spdlog::info("rendezvous (etcd): this node drives the rendezvous of job {}", options_.runId);
   }
   for (const auto& kv : all) apply(host, live, kv.key, &kv.value, out, applied);
   // A batch that changed only the state (joins of a round still gathering: events, no notice)
@@ -112,7 +111,7 @@ EtcdDriver::End EtcdDriver::drive() {
       deferredUntil = SteadyClock::now() + kSnapshotDelay;
     }
     if (host.state().phase() == RendezvousState::Phase::kClosed) return End::kOver;
-    auto wait = std::max(o_.heartbeat / 8, std::chrono::milliseconds(10));
+    auto wait = std::max(options_.heartbeat / 8, std::chrono::milliseconds(10));
     auto deadline = std::min(SteadyClock::now() + std::min<SteadyClock::duration>(wait, kStep), deferredUntil);
     if (auto next = host.state().nextDeadline()) {
       deadline = std::min(deadline, SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(*next)));
@@ -136,9 +135,8 @@ EtcdDriver::End EtcdDriver::drive() {
 void EtcdDriver::apply(RulesHost& host, std::set<std::string>& live, const std::string& key, const std::string* value,
            Effects& out, std::vector<std::string>& applied) {
   Micros now = monotonicNow();
-  const std::string nodes = rdzv_ + "nodes/", events = rdzv_ + "events/";
-  if (startsWith(key, nodes)) {
-    std::string id = key.substr(nodes.size());
+  if (auto nodeKey = keys_.nodeOfNodeKey(key)) {
+    const std::string& id = *nodeKey;
     if (!value) {
       if (live.erase(id)) out.append(host.leave(id, "its etcd lease expired (node gone or stopped)", now));
       return;
@@ -150,7 +148,7 @@ void EtcdDriver::apply(RulesHost& host, std::set<std::string>& live, const std::
     // key's (the notices go to the key's name, which is what the node watches).
     JoinOrigin origin;
     origin.keyNodeId = id;
-    origin.runId = o_.runId;
+    origin.runId = options_.runId;
     auto admission = admit(joinRequestOf(j), origin);
     if (auto* refused = std::get_if<Rejection>(&admission)) {
       if (idProblem(id)) {
@@ -169,9 +167,8 @@ void EtcdDriver::apply(RulesHost& host, std::set<std::string>& live, const std::
     // A node the rules refused (a taken id or rank, a stale round) is not heartbeaten into
     // NOT_JOINED refusals on every pass: it is live only once it is in the job.
     if (host.state().hasNode(id)) live.insert(id);
-  } else if (startsWith(key, events) && value) {
-    std::string rest = key.substr(events.size());
-    std::string id = rest.substr(0, rest.find('/'));
+  } else if (auto eventKey = keys_.nodeOfEventKey(key); eventKey && value) {
+    const std::string& id = *eventKey;
     applied.push_back(key);
     pb::AgentMessage msg;
     if (!msg.ParseFromString(*value)) return;
@@ -187,51 +184,38 @@ void EtcdDriver::apply(RulesHost& host, std::set<std::string>& live, const std::
   }
 }
 
-// Notices, the applied events' deletion and the state's snapshot, in one transaction that holds only while this
-// node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
+// Notices, the applied events' deletion, the state's snapshot and the store's drops, in one
+// transaction that holds only while this node is the driver. False when it no longer is; throws Error when etcd refused or did not answer.
 bool EtcdDriver::write(const RulesHost& host, const Effects& effects, const std::vector<std::string>& applied) {
   const RendezvousState& state = host.state();
   const uint64_t eventSeq = host.lastSeq();  // a successor numbers on from it (the snapshot)
-  etcdserverpb::TxnRequest t;
-  auto* cmp = t.add_compare();
-  cmp->set_key(rdzv_ + "driver");
-  cmp->set_target(etcdserverpb::Compare::VALUE);
-  cmp->set_result(etcdserverpb::Compare::EQUAL);
-  cmp->set_value(o_.nodeId);
+  etcdserverpb::TxnRequest t = whileDriver(keys_, options_.nodeId);
   for (const auto& n : effects.notices) {
     auto* put = t.add_success()->mutable_request_put();
-    put->set_key(rdzv_ + "notices/" + n.nodeId + "/" + seqKey(++noticeSeq_));
-    put->set_value(toProto(o_.runId, n, false, state, eventSeq).SerializeAsString());
-    put->set_lease(o_.jobLease);
-  }
-  const uint64_t latestRound = effects.roundsStarted.empty() ? 0 : effects.roundsStarted.back();
-  if (effects.jobEnded && state.round() > 0) {
-    // The job is over: the last round's store goes now, so waits still pending fail at once
-    // ("stale round") instead of at their timeout.
-    auto* del = t.add_success()->mutable_request_delete_range();
-    del->set_key(o_.jobPrefix + "round/" + std::to_string(state.round()) + "/");
-    del->set_range_end(etcdPrefixEnd(del->key()));
+    put->set_key(keys_.notice(n.nodeId, ++noticeSeq_));
+    put->set_value(toProto(options_.runId, n, false, state, eventSeq).SerializeAsString());
+    put->set_lease(options_.jobLease);
   }
   for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);
   auto* st = t.add_success()->mutable_request_put();
-  st->set_key(rdzv_ + "state");
+  st->set_key(keys_.state());
   pb::RendezvousSnapshot snapshot = toProto(state.snapshot(monotonicNow()), noticeSeq_);
   snapshot.set_last_event_seq(eventSeq);
   if (host.lastFailure()) toProto(*host.lastFailure(), std::nullopt, snapshot.mutable_last_failure());
   st->set_value(snapshot.SerializeAsString());
-  st->set_lease(o_.jobLease);
-  if (latestRound > 0) {
+  st->set_lease(options_.jobLease);
+  // The workers' store, as the rules host decided (StoreDrops): its waits still pending fail at
+  // once ("stale round") instead of at their timeout.
+  const StoreDrops& drops = effects.storeDrops;
+  if (drops.run) {
+    dropAllRounds(keys_, &t);
+  } else if (drops.roundsBelow > 0) {
+    dropRoundsBelow(keys_, drops.roundsBelow, &t);
     // The round marker of the workers' store (worker_sdk/etcd_store.h, fenceByRound): written
     // with the assignment, so it exists before any worker of the round does.
     auto* alive = t.add_success()->mutable_request_put();
-    alive->set_key(o_.jobPrefix + "round/" + std::to_string(latestRound) + "/alive");
-    alive->set_lease(o_.jobLease);
-  }
-  if (latestRound > 1) {
-    // The workers' keys of the round before (they are fenced by round anyway).
-    auto* del = t.add_success()->mutable_request_delete_range();
-    del->set_key(o_.jobPrefix + "round/" + std::to_string(latestRound - 1) + "/");
-    del->set_range_end(etcdPrefixEnd(del->key()));
+    alive->set_key(keys_.roundMarker(drops.roundsBelow));
+    alive->set_lease(options_.jobLease);
   }
   // An error (etcd unreachable, a lease gone) is thrown: elect() hands the driver key over and
   // the next driver starts from etcd. Only a failed compare means another node drives now.
@@ -239,6 +223,5 @@ bool EtcdDriver::write(const RulesHost& host, const Effects& effects, const std:
   spdlog::warn("rendezvous (etcd): this node no longer drives the rendezvous");
   return false;
 }
-
 
 }  // namespace ddprun
