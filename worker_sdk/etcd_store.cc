@@ -1,5 +1,7 @@
 #include "worker_sdk/etcd_store.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <memory>
 #include <random>
@@ -32,9 +34,7 @@ int64_t parseCounter(const std::string& key, const std::string& value) {
 
 std::string randomId() {
   std::mt19937_64 rng{std::random_device{}()};
-  char buf[17];
-  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
+  return fmt::format("{:016x}", rng());
 }
 
 }  // namespace

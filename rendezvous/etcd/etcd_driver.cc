@@ -193,7 +193,7 @@ bool EtcdDriver::write(const RulesHost& host, const Effects& effects, const std:
   for (const auto& n : effects.notices) {
     auto* put = t.add_success()->mutable_request_put();
     put->set_key(keys_.notice(n.nodeId, ++noticeSeq_));
-    put->set_value(toProto(options_.runId, n, false, state, eventSeq).SerializeAsString());
+    put->set_value(toProto(options_.runId, n, Liveness::kLease, state, eventSeq).SerializeAsString());
     put->set_lease(options_.jobLease);
   }
   for (const auto& key : applied) t.add_success()->mutable_request_delete_range()->set_key(key);

@@ -1,7 +1,7 @@
 #include "rendezvous/etcd/etcd_keys.h"
 
-#include <cinttypes>
-#include <cstdio>
+#include <fmt/format.h>
+
 
 #include "common/store_prefix.h"
 
@@ -53,9 +53,7 @@ std::optional<std::string> EtcdKeys::nodeOfEventKey(std::string_view key) const 
 }
 
 std::string seqKey(uint64_t seq) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%020" PRIu64, seq);
-  return buf;
+  return fmt::format("{:020}", seq);
 }
 
 etcdserverpb::TxnRequest whileDriver(const EtcdKeys& keys, const std::string& nodeId) {

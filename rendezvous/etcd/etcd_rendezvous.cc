@@ -48,17 +48,17 @@ namespace {
 class EtcdRendezvous final : public Rendezvous {
  public:
   EtcdRendezvous(EtcdRendezvousOptions options, ClientCore::Post post)
-      : o_(std::move(options)),
-        core_(std::move(post), o_.rules.heartbeatTimeout),
-        client_(o_.client),
-        keys_(o_.prefix, o_.runId) {
-    for (const auto& e : o_.client.endpoints) storeAddr_ += (storeAddr_.empty() ? "etcd://" : ",") + e;
+      : options_(std::move(options)),
+        core_(std::move(post), options_.rules.heartbeatTimeout),
+        client_(options_.client),
+        keys_(options_.prefix, options_.runId) {
+    for (const auto& e : options_.client.endpoints) storeAddr_ += (storeAddr_.empty() ? "etcd://" : ",") + e;
     // Rules travel in milliseconds (JobRules): compare and run them at that precision.
     pb::JobRules wire;
-    toProto(o_.rules, &wire);
-    o_.rules = fromProto(wire);
-    if (auto invalid = RendezvousState::validateRules(o_.rules)) throw ConfigError(*invalid);
-    heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(o_.rules.heartbeatTimeout);
+    toProto(options_.rules, &wire);
+    options_.rules = fromProto(wire);
+    if (auto invalid = RendezvousState::validateRules(options_.rules)) throw ConfigError(*invalid);
+    heartbeat_ = std::chrono::duration_cast<std::chrono::milliseconds>(options_.rules.heartbeatTimeout);
   }
 
   // Leaves (revokes this node's lease, deleting its keys); the last node out deletes the job's keys.
@@ -93,7 +93,7 @@ class EtcdRendezvous final : public Rendezvous {
   // Why this node's TLS settings and etcd's do not match, in one line ("" when they do, or when
   // nothing can be told): as the gRPC backend says it (tls/client.h), asked of each member.
   std::string tlsMismatch() const {
-    const auto& c = o_.client;
+    const auto& c = options_.client;
     for (const auto& endpoint : c.endpoints) {
       if (c.tls) {
         TlsClientOptions tls;
@@ -116,13 +116,13 @@ class EtcdRendezvous final : public Rendezvous {
     // etcd leases are whole seconds; a node is declared dead no earlier than its heartbeat timeout.
     jobLease_ = jobLease(ttl() * 2);
     driver_ = std::make_unique<EtcdDriver>(
-        client_, EtcdDriverOptions{o_.runId, o_.nodeId, o_.rules, o_.prefix, jobLease_, heartbeat_}, stopping_);
+        client_, EtcdDriverOptions{options_.runId, options_.nodeId, options_.rules, options_.prefix, jobLease_, heartbeat_}, stopping_);
     // This node's notices from now: the watch must exist before the join is written (no notice can
     // come earlier), and a watch from now gets each notice as it commits (EtcdWatch, kFromNow).
     // etcd creates it (on the watch's own thread) while the node lease is granted here. Not before
     // the job lease: that call finds a member that answers, which the watch then starts on (a
     // watch opened on a frozen member waits out its probe first).
-    notices_ = std::make_unique<EtcdWatch>(client_, keys_.notices(o_.nodeId), etcdPrefixEnd(keys_.notices(o_.nodeId)),
+    notices_ = std::make_unique<EtcdWatch>(client_, keys_.notices(options_.nodeId), etcdPrefixEnd(keys_.notices(options_.nodeId)),
                                            EtcdWatch::kFromNow);
     if (!putNode([this] { return waitWatchStarted(*notices_, stopping_).has_value(); }, /*elect=*/true)) return;  // stopping
     if (stopping_) return;
@@ -156,15 +156,15 @@ class EtcdRendezvous final : public Rendezvous {
     renewed(sent);
     if (beforePut && !beforePut()) return false;
     pb::Join j;
-    toProto(joinRequestOf(o_, core_.round()), &j);
+    toProto(joinRequestOf(options_, core_.round()), &j);
     if (!elect) {
-      client_.put(keys_.node(o_.nodeId), j.SerializeAsString(), lease);
+      client_.put(keys_.node(options_.nodeId), j.SerializeAsString(), lease);
       return true;
     }
-    etcdserverpb::TxnRequest t = putIfAbsent(keys_.driver(), o_.nodeId, lease);
+    etcdserverpb::TxnRequest t = putIfAbsent(keys_.driver(), options_.nodeId, lease);
     for (auto* branch : {t.add_success(), t.add_failure()}) {
       auto* put = branch->mutable_request_put();
-      put->set_key(keys_.node(o_.nodeId));
+      put->set_key(keys_.node(options_.nodeId));
       put->set_value(j.SerializeAsString());
       put->set_lease(lease);
     }
@@ -186,7 +186,7 @@ class EtcdRendezvous final : public Rendezvous {
     if (nodeLease_ == 0) return;  // not joined (yet): the driver knows nothing of this node to update
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reports_.emplace_back(keys_.event(o_.nodeId, ++eventSeq_), msg.SerializeAsString());
+      reports_.emplace_back(keys_.event(options_.nodeId, ++eventSeq_), msg.SerializeAsString());
     }
     cv_.notify_all();
   }
@@ -247,7 +247,7 @@ class EtcdRendezvous final : public Rendezvous {
     for (auto& t : threads_) t.join();
     notices_.reset();
     if (nodeLease_ == 0) return;  // never joined: nothing of ours in etcd
-    EtcdClientOptions cleanupOptions = o_.client;
+    EtcdClientOptions cleanupOptions = options_.client;
     cleanupOptions.callTimeout = std::chrono::milliseconds(250);
     cleanupOptions.retryTimeout = std::chrono::milliseconds(500);
     try {
@@ -306,7 +306,7 @@ class EtcdRendezvous final : public Rendezvous {
   // argument, with etcd's lease in place of the server's heartbeat clock).
   void renewed(SteadyClock::time_point sent) {
     lastRenewal_.store(sent.time_since_epoch().count());
-    if (o_.onFenceDeadline) o_.onFenceDeadline(sent + core_.timing().watchdogKill);
+    if (options_.onFenceDeadline) options_.onFenceDeadline(sent + core_.timing().watchdogKill);
   }
 
   // Renews both leases every H/8. A node whose lease expired was declared dead by etcd and the
@@ -377,7 +377,7 @@ class EtcdRendezvous final : public Rendezvous {
 
   // This node's notices, in order, to the agent's event loop.
   void follow() {
-    const std::string prefix = keys_.notices(o_.nodeId);
+    const std::string prefix = keys_.notices(options_.nodeId);
     std::string last;  // the key of the last notice delivered (keys grow: seqKey)
     while (!stopping_ && !core_.closed()) {
       std::vector<mvccpb::Event> events;
@@ -452,7 +452,7 @@ class EtcdRendezvous final : public Rendezvous {
           waitDriverGone(key, revision);
           continue;
         }
-        etcdserverpb::TxnRequest t = putIfAbsent(key, o_.nodeId, nodeLease_);
+        etcdserverpb::TxnRequest t = putIfAbsent(key, options_.nodeId, nodeLease_);
         t.add_failure()->mutable_request_range()->set_key(key);
         auto resp = client_.txn(t);
         if (resp.succeeded()) {
@@ -496,7 +496,7 @@ class EtcdRendezvous final : public Rendezvous {
   // still this node's.
   void releaseDriver() {
     try {
-      etcdserverpb::TxnRequest t = whileDriver(keys_, o_.nodeId);
+      etcdserverpb::TxnRequest t = whileDriver(keys_, options_.nodeId);
       t.add_success()->mutable_request_delete_range()->set_key(keys_.driver());
       client_.txn(t);
     } catch (const Error& e) {
@@ -505,7 +505,7 @@ class EtcdRendezvous final : public Rendezvous {
     }
   }
 
-  EtcdRendezvousOptions o_;
+  EtcdRendezvousOptions options_;
   ClientCore core_;
   EtcdClient client_;
   const EtcdKeys keys_;

@@ -341,7 +341,7 @@ class RendezvousService::Impl {
     origin.requireHostMatch = options_.requireHostMatch;
     auto admission = admit(joinRequestOf(msg.join()), origin);
     if (auto* refused = std::get_if<Rejection>(&admission)) {
-      post(s, toProto("", Notice{"", *refused}, true), true, fx);
+      post(s, toProto("", Notice{"", *refused}, Liveness::kAnsweredHeartbeats), true, fx);
       return false;
     }
     const Admitted& admitted = std::get<Admitted>(admission);
@@ -385,7 +385,7 @@ class RendezvousService::Impl {
                                             " and is forgotten after " + millis(idleLimit())
                                         : "; no agent is in it";
         }
-        post(s, toProto(runId, refusal, true), true, fx);
+        post(s, toProto(runId, refusal, Liveness::kAnsweredHeartbeats), true, fx);
         return false;
       }
     }
@@ -474,7 +474,7 @@ class RendezvousService::Impl {
         closes = true;
         target->second->closedBecause = r->message;  // "declared dead: no heartbeat for 5.0s", ...
       }
-      post(target->second, toProto(job.runId, notice, true, job.host->state(), job.host->lastSeq()), closes, fx);
+      post(target->second, toProto(job.runId, notice, Liveness::kAnsweredHeartbeats, job.host->state(), job.host->lastSeq()), closes, fx);
     }
   }
 

@@ -1,5 +1,7 @@
 #include "rendezvous/server/status_command.h"
 
+#include <fmt/format.h>
+
 #include <boost/json.hpp>
 #include <grpcpp/client_context.h>
 
@@ -24,13 +26,8 @@ namespace {
 namespace pb = ddprun::v1;
 
 std::string age(double seconds) {
-  char buf[32];
-  if (seconds < 60) {
-    std::snprintf(buf, sizeof buf, "%.1fs", seconds);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", seconds / 60 - 0.5, static_cast<double>(static_cast<long>(seconds) % 60));
-  }
-  return buf;
+  if (seconds < 60) return fmt::format("{:.1f}s", seconds);
+  return fmt::format("{:.0f}m{:02.0f}s", seconds / 60 - 0.5, static_cast<double>(static_cast<long>(seconds) % 60));
 }
 
 // Durations as whole milliseconds (Boost.JSON writes doubles as 2.39785E-1); null when unknown.

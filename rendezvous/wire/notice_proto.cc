@@ -56,7 +56,7 @@ pb::Rejected::Code toProto(RejectCode code) {
   return pb::Rejected::UNSPECIFIED;
 }
 
-pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats) {
+pb::ServerMessage toProto(const std::string& runId, const Notice& notice, Liveness liveness) {
   pb::ServerMessage msg;
   if (auto* a = std::get_if<RoundAssignment>(&notice.body)) {
     auto* out = msg.mutable_round_assigned();
@@ -69,7 +69,7 @@ pb::ServerMessage toProto(const std::string& runId, const Notice& notice, bool a
     out->set_master_addr(a->masterAddr);
     out->set_master_port(a->masterPort);
     out->set_store_prefix(storePrefix(runId, a->round));
-    out->set_acks_heartbeats(acksHeartbeats);
+    out->set_acks_heartbeats(liveness == Liveness::kAnsweredHeartbeats);
     out->set_awaits_stopped(true);  // both backends apply RendezvousState::stopped
     out->set_relays_finish(true);   // and RendezvousState::rankFinished
   } else if (auto* i = std::get_if<RoundInterruption>(&notice.body)) {
@@ -143,9 +143,9 @@ int exitStatusOfRefusal(pb::Rejected::Code code) {
   return configuration ? kExitUsage : kExitInfrastructure;
 }
 
-v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats,
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, Liveness liveness,
                           const RendezvousState& state, uint64_t eventSeq) {
-  v1::ServerMessage msg = toProto(runId, notice, acksHeartbeats);
+  v1::ServerMessage msg = toProto(runId, notice, liveness);
   msg.set_event_seq(eventSeq);
   if (msg.has_round_assigned() && state.members().size() <= kMembersInAssignment) {
     for (const auto& m : state.members()) msg.mutable_round_assigned()->add_members(m);

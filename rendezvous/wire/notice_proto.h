@@ -17,14 +17,17 @@ v1::Rejected::Code toProto(RejectCode code);
 void toProto(const RendezvousRules& rules, v1::JobRules* message);
 RendezvousRules fromProto(const v1::JobRules& message);
 
-// acksHeartbeats: the backend answers heartbeats, so the agent may fence on a silent one
-// (docs/rendezvous.md, "Fencing"); the etcd backend's liveness is the node's lease instead.
+// How a backend knows its agents are alive, which tells an agent whether it may fence itself on a
+// silent heartbeat (docs/rendezvous.md, "Fencing"): the gRPC backend answers every heartbeat; the
+// etcd backend's liveness is the node's lease instead.
+enum class Liveness { kAnsweredHeartbeats, kLease };
+
 // A rejection's message is cut to 1 KB, saying so.
-v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats);
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, Liveness liveness);
 // The same, with what a notice carries beyond itself: the job's newest event number (`eventSeq`,
 // the order of the agents' timelines) and, in an assignment, the members of a round of at most
 // kMembersInAssignment nodes (`state`'s, read when the round was just formed).
-v1::ServerMessage toProto(const std::string& runId, const Notice& notice, bool acksHeartbeats,
+v1::ServerMessage toProto(const std::string& runId, const Notice& notice, Liveness liveness,
                           const RendezvousState& state, uint64_t eventSeq);
 
 // Rounds of at most this many nodes name their members in each assignment (RoundAssigned.members).

@@ -41,10 +41,10 @@ TEST_CASE("etcd records: rules go as milliseconds, notices carry the round's sto
   RoundAssignment a;
   a.round = 5;
   a.groupRank = 1;
-  auto msg = ddprun::toProto("job42", Notice{"a", a}, false);
+  auto msg = ddprun::toProto("job42", Notice{"a", a}, ddprun::Liveness::kLease);
   CHECK(msg.round_assigned().store_prefix() == "/run/job42/round/5/");
   CHECK(msg.round_assigned().group_rank() == 1);
-  auto rej = ddprun::toProto("job42", Notice{"a", Rejection{RejectCode::kRulesMismatch, "other settings", true}}, false);
+  auto rej = ddprun::toProto("job42", Notice{"a", Rejection{RejectCode::kRulesMismatch, "other settings", true}}, ddprun::Liveness::kLease);
   CHECK(rej.rejected().code() == ddprun::v1::Rejected::RULES_MISMATCH);
   CHECK(rej.rejected().fatal());
 }
