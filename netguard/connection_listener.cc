@@ -31,15 +31,13 @@
 #include "common/log_limiter.h"
 #include "common/net.h"
 #include "common/unique_fd.h"
+#include "netguard/connection_opening.h"
 #include "netguard/connection_relay.h"
 
 namespace ddprun {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The HTTP/2 connection preface every gRPC client sends first.
-constexpr std::size_t kPrefaceBytes = 24;
 
 std::size_t openFileLimit() {
   rlimit limit{};
@@ -425,40 +423,37 @@ class ConnectionListener::Impl {
     if (it == pending_.end()) return;
     Pending& p = it->second;
     if (events & EPOLLIN) {
-      if (options_.tls) {
-        // A TLS record starts with its type, 22 for a handshake. A plaintext client (gRPC without
-        // TLS) is told why in words before the close, as its agent then exits 2 saying so.
-        char buf[4];
-        ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
-        if (n >= 1 && buf[0] == 0x16) return handOver(takePending(it), now);
-        if (n >= 4 || n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          if (n >= 4 && std::memcmp(buf, "PRI ", 4) == 0) {
-            refuse(p.fd.get(), std::string(kTlsRequiredReason) + ": connect with --rdzv_conf protocol=https");
-            tlsFailure(p.address, "a plaintext HTTP/2 client (this server requires TLS)");
-            takePending(it);
-            return;
-          }
-          return closeSilent(it, n >= 4 ? "it did not start a TLS handshake" : "it closed before a TLS handshake", now);
-        }
-      } else {
-        char buf[kPrefaceBytes];
-        ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
-        const std::string& magic = options_.sideProtocol.magic;
-        if (!magic.empty() && n > 0 &&
-            std::memcmp(buf, magic.data(), std::min(static_cast<std::size_t>(n), magic.size())) == 0) {
-          if (static_cast<std::size_t>(n) >= magic.size()) {
-            Pending taken = takePending(it);
-            count(&ConnectionListenerStats::handedToSide);
-            options_.sideProtocol.accept(std::move(taken.fd), taken.address);
-            return;
-          }
-          // Part of the magic: wait for the rest below.
-        } else if (n >= static_cast<ssize_t>(kPrefaceBytes)) {
+      char buf[kHttp2PrefaceBytes];
+      const ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_PEEK);
+      const bool ended = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+      const std::string_view peeked(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+      switch (classifyOpening(peeked, OpeningRules{.tls = static_cast<bool>(options_.tls),
+                                                   .sideMagic = options_.sideProtocol.magic})) {
+        case Opening::kHttp2:
+        case Opening::kTlsHandshake:
           return handOver(takePending(it), now);
+        case Opening::kSideProtocol: {
+          Pending taken = takePending(it);
+          count(&ConnectionListenerStats::handedToSide);
+          options_.sideProtocol.accept(std::move(taken.fd), taken.address);
+          return;
         }
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          return closeSilent(it, "it closed before sending the HTTP/2 preface", now);
-        }
+        case Opening::kPlaintextOnTls:
+          // A plaintext client (gRPC without TLS) is told why in words before the close, as its
+          // agent then exits 2 saying so.
+          refuse(p.fd.get(), std::string(kTlsRequiredReason) + ": connect with --rdzv_conf protocol=https");
+          tlsFailure(p.address, "a plaintext HTTP/2 client (this server requires TLS)");
+          takePending(it);
+          return;
+        case Opening::kNotTls:
+          return closeSilent(it, "it did not start a TLS handshake", now);
+        case Opening::kNeedMore:
+          if (ended) {
+            return closeSilent(it, options_.tls ? "it closed before a TLS handshake"
+                                                : "it closed before sending the HTTP/2 preface",
+                               now);
+          }
+          break;
       }
       // Part of what it must send: look again in 20 ms, not in a busy loop (level-triggered).
       watch(number, static_cast<uint64_t>(number), EPOLLRDHUP);
