@@ -4,7 +4,9 @@ A 1-node job on ddprun-rdzv holds a round open (its worker writes its environmen
 waits). CLIENTS store clients (tests/chaos/workers/store_history_client.cc) run with that worker's
 environment, i.e. in the job's current round, and cycle through set, add and compare_set on shared
 keys; each logs a call only after the server acknowledged it. For CHAOS_S seconds the test
-SIGKILLs a random client every 100-400 ms and starts a new incarnation in its place. Then it reads
+SIGKILLs a random running client every 100-400 ms and starts a new incarnation in its place (a
+client that already finished its calls is replaced without a kill; a kill needs a client still
+running, so OPS is large enough that one runs for a good part of a second even on a quiet machine). Then it reads
 the store back and checks the history:
   - every acknowledged set is there with its value;
   - the counter holds exactly the acknowledged adds, plus at most one unacknowledged add per
@@ -31,7 +33,7 @@ import multinode_lib as ml  # noqa: E402
 CLIENT = os.path.join(os.environ.get("DDPRUN_TEST_BIN") or os.path.join(tl.REPO, "build", "test-bin"),
                       "store_history_client")
 CLIENTS = 4
-OPS = 3000
+OPS = 10000
 CHAOS_S = 6
 HOLD_S = 120  # the holding worker's own bound
 
@@ -82,7 +84,10 @@ class StoreHistoryTest(ml.MultiNodeTestCase):
             end = time.monotonic() + CHAOS_S
             while time.monotonic() < end:
                 time.sleep(rng.uniform(0.1, 0.4))
-                slot = rng.randrange(CLIENTS)
+                # A running client if there is one: with only finished ones to pick from, a fast
+                # machine's run killed none (all 4 had done their calls between two picks).
+                running = [s for s in range(CLIENTS) if procs[s].poll() is None]
+                slot = rng.choice(running) if running else rng.randrange(CLIENTS)
                 if procs[slot].poll() is None:
                     procs[slot].send_signal(signal.SIGKILL)
                     procs[slot].communicate(timeout=10)
