@@ -41,19 +41,32 @@ TEST_CASE("cgroup sweep: removes a job cgroup nobody holds, keeps a held or popu
   REQUIRE(held);
   // Nobody holds it, but a process is in it: kept, and the process is not killed.
   const std::string populated = parent + "/ddprun-sweep-populated-" + tag;
-  REQUIRE(::mkdir(populated.c_str(), 0755) == 0);
   pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     ::pause();
     ::_exit(0);
   }
-  {
-    FILE* procs = std::fopen((populated + "/cgroup.procs").c_str(), "w");
-    REQUIRE(procs != nullptr);
-    std::fprintf(procs, "%d", static_cast<int>(child));
-    REQUIRE(std::fclose(procs) == 0);
+  // Whatever fails below, the child must not outlive the test: it holds ctest's output pipe, and
+  // ctest would wait for it until its timeout.
+  struct KillAtEnd {
+    pid_t pid;
+    ~KillAtEnd() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } killAtEnd{child};
+  // Empty and unheld until the child is in it, the cgroup is stale to any other test's watchdog
+  // sweeping meanwhile (ctest -j2), which may remove it between the mkdir and the write (CI saw
+  // the write fail so): made again, a bounded number of times.
+  bool placed = false;
+  for (int i = 0; i < 100 && !placed; ++i) {
+    ::mkdir(populated.c_str(), 0755);
+    if (FILE* procs = std::fopen((populated + "/cgroup.procs").c_str(), "w")) {
+      std::fprintf(procs, "%d", static_cast<int>(child));
+      placed = std::fclose(procs) == 0;
+    }
   }
+  REQUIRE(placed);
   // Not a job cgroup at all: never touched.
   const std::string other = parent + "/not-ddprun-sweep-" + tag;
   REQUIRE(::mkdir(other.c_str(), 0755) == 0);
@@ -75,6 +88,7 @@ TEST_CASE("cgroup sweep: removes a job cgroup nobody holds, keeps a held or popu
 
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+  killAtEnd.pid = 0;  // reaped: its number may be another process's from now on
   // Its process gone, the unheld one goes at the next sweep; the held one still stays.
   for (int i = 0; i < 1000 && exists(populated); ++i) {
     ddprun::cgroup::sweepStaleJobCgroups(own->path());
