@@ -70,10 +70,16 @@ class GaugeCollector final : public prometheus::Collectable {
         .into(&out);
     SampleFamily("ddprun_store_wire_closed_connections_total",
                  "Store-framing connections closed by the server, by reason: a wrong job token, or bytes no client "
-                 "sends (no hello in time, a frame over the limit, unreadable frames).",
+                 "sends (no hello in time, a frame over the limit, unreadable frames), or a partial frame or unread answers that stalled.",
                  MetricType::Counter)
         .add(static_cast<double>(g.storeWire.refusedToken), {{"reason", "wrong_token"}})
         .add(static_cast<double>(g.storeWire.closedBroken), {{"reason", "broken"}})
+        .add(static_cast<double>(g.storeWire.closedStalled), {{"reason", "stalled"}})
+        .into(&out);
+    SampleFamily("ddprun_store_wire_held_bytes",
+                 "Bytes the store-framing connections hold together (reserved partial frames, unsent answers).",
+                 MetricType::Gauge)
+        .add(static_cast<double>(g.storeWire.heldBytes))
         .into(&out);
     SampleFamily("ddprun_store_keys", "Keys in the workers' store, every job together.", MetricType::Gauge)
         .add(static_cast<double>(g.store.keys))

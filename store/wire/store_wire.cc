@@ -37,6 +37,41 @@ char* FrameReader::room(std::size_t want) {
   return buf_.data() + end_;
 }
 
+void FrameReader::append(const char* data, std::size_t n) {
+  if (buf_.size() - end_ < n) {
+    if (begin_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    // Exactly what is held: resize writes every byte it adds, so slack would be memory in use
+    // (std::string's capacity still grows geometrically, untouched).
+    if (buf_.size() - end_ < n) buf_.resize(end_ + n);
+  }
+  std::memcpy(buf_.data() + end_, data, n);
+  end_ += n;
+}
+
+void FrameReader::compact() {
+  if (begin_ == end_) {
+    begin_ = end_ = 0;
+    std::string().swap(buf_);
+    return;
+  }
+  if (begin_ == 0) return;
+  std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+  end_ -= begin_;
+  begin_ = 0;
+  buf_.resize(end_);
+  if (buf_.capacity() > 2 * buf_.size() + 4096) buf_.shrink_to_fit();
+}
+
+std::size_t FrameReader::pendingFrameBytes() const {
+  if (buffered() < kHeaderBytes) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + begin_);
+  return kHeaderBytes + ((std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3]);
+}
+
 std::string_view FrameReader::take(std::size_t n) {
   n = std::min(n, buffered());
   std::string_view out(buf_.data() + begin_, n);

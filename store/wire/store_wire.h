@@ -30,8 +30,10 @@ inline constexpr std::string_view kMagic{"DDPSTORE", 8};
 // The largest frame either side takes: the store's message limit (a 64 MiB value with its key and
 // framing), as on the gRPC transport.
 inline constexpr std::size_t kMaxFrameBytes = kMaxStoreMessageBytes;
-// The largest hello a server reads from a connection that has not shown the token yet.
-inline constexpr std::size_t kMaxHelloBytes = 64 * 1024;
+// The largest hello either side reads before the other has shown the token: a token file's 4 KiB
+// (common/token_file.h) and the client's name, with room to spare. Small, because a server holds
+// it for every connection that has not finished its hello (docs/store.md, "Memory").
+inline constexpr std::size_t kMaxHelloBytes = 8 * 1024;
 inline constexpr std::size_t kHeaderBytes = 4;
 
 // Appends `message` to `out` as one frame.
@@ -49,6 +51,16 @@ class FrameReader {
   // appended(n) how many were written there.
   char* room(std::size_t want);
   void appended(std::size_t n) { end_ += n; }
+  // Copies `n` bytes in: for a reader that receives into a buffer of its own and keeps here only
+  // what no whole frame took yet (a server with many connections: see compact()).
+  void append(const char* data, std::size_t n);
+  // Gives back the memory of what was taken, all of it when nothing is left: afterwards the
+  // reader holds exactly buffered() bytes. Invalidates the payloads next() returned.
+  void compact();
+  // Bytes of memory the reader holds now (written, taken or not).
+  std::size_t held() const { return buf_.size(); }
+  // The size of the frame at the front, header included, once its header is here; 0 before.
+  std::size_t pendingFrameBytes() const;
   // Bytes buffered and not yet taken by next() or take().
   std::size_t buffered() const { return end_ - begin_; }
   // What is buffered, not taken (valid until the next call of room()).

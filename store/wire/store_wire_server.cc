@@ -1,8 +1,6 @@
 #include "store/wire/store_wire_server.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/event_loop.h"
 #include "common/log_limiter.h"
 #include "store/core/store_ops.h"
 #include "store/core/store_request_handler.h"
@@ -29,25 +28,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kWakeKey = 0;  // connection ids start at 1
 // Read per wake-up and connection, so that one busy client cannot starve the others.
 constexpr std::size_t kReadChunk = 64 * 1024;
+// Read at once by a connection without a reserved frame once half the bound is held: what such
+// a connection may keep while it waits for its turn (a whole frame is processed at once).
+constexpr std::size_t kTightReadChunk = 4 * 1024;
 constexpr int kReadsPerWakeup = 4;
 
 }  // namespace
 
 class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(StoreCore& core, StoreWireServerOptions options) : core_(core), options_(std::move(options)) {
-    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-    if (!epoll_) throw DDPRUN_SYSTEM_ERROR("epoll_create1");
-    wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!wake_) throw DDPRUN_SYSTEM_ERROR("eventfd");
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kWakeKey;
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
-  }
+  Impl(StoreCore& core, StoreWireServerOptions options) : core_(core), options_(std::move(options)) {}
 
   void start() { thread_ = std::thread([this] { run(); }); }
 
@@ -85,6 +77,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     std::lock_guard lock(mu_);
     StoreWireServerStats s = stats_;
     s.open = conns_.size();
+    s.heldBytes = inputHeld_.load(std::memory_order_relaxed) + queued_.load(std::memory_order_relaxed);
     s.wakeups = wakeups_.load(std::memory_order_relaxed);
     return s;
   }
@@ -112,6 +105,13 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     uint64_t answers = 0;     // of them, answered
     bool closeWhenSent = false;
     bool broken = false;      // a write failed: the client is gone
+    // The server's thread only: the memory bound (StoreWireServerOptions::maxHeldBytes).
+    std::size_t charged = 0;   // counted in inputHeld_: the reserved frame, or what the reader holds
+    std::size_t reserved = 0;  // the partial frame's reservation (its whole size); 0: none
+    bool held = false;         // waits in held_ for the bound: not read, no request run
+    Clock::time_point reservedAt;  // when the partial frame got its reservation
+    Clock::time_point lastRead;    // the last byte read
+    Clock::time_point lastWrite;   // under mu_: the last byte written, or since answers waited
   };
 
   struct Adopted {
@@ -119,32 +119,15 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     std::string address;
   };
 
-  void wakeLoop() {
-    const uint64_t one = 1;
-    (void)!::write(wake_.get(), &one, sizeof(one));
-  }
+  void wakeLoop() { loop_.wake(); }
 
   void run() {
     threadId_ = std::this_thread::get_id();
-    std::vector<epoll_event> events(256);
     while (true) {
-      int timeout = 1000;
-      if (!deadlines_.empty()) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadlines_.front().first - Clock::now()).count();
-        timeout = static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
-      }
-      const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
-      if (n < 0 && errno != EINTR) break;
+      const auto until = deadlines_.empty() ? Clock::time_point::max() : deadlines_.front().first;
+      const auto events = loop_.wait(until);
       wakeups_.fetch_add(1, std::memory_order_relaxed);
-      for (int i = 0; i < n; ++i) {
-        const uint64_t key = events[i].data.u64;
-        if (key == kWakeKey) {
-          uint64_t count = 0;
-          (void)!::read(wake_.get(), &count, sizeof(count));
-          continue;
-        }
-        serve(key, events[i].events);
-      }
+      for (const epoll_event& e : events) serve(e.data.u64, e.events);
       {
         std::lock_guard lock(mu_);
         if (stopping_) return;
@@ -152,7 +135,9 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       takeInbox();
       flushDirty();
       expireHellos();
+      releaseHeld();
       runResumed();
+      sweepStalled();
     }
   }
 
@@ -173,10 +158,8 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
         conns_.emplace(raw->id, std::move(conn));
       }
       deadlines_.emplace_back(Clock::now() + options_.helloTimeout, raw->id);
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.u64 = raw->id;
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, raw->fd.get(), &ev);
+      raw->lastRead = raw->lastWrite = Clock::now();
+      loop_.add(raw->fd.get(), raw->id, EPOLLIN | EPOLLRDHUP);
       serve(raw->id, EPOLLIN);  // its magic may be here already: the front door saw it
     }
   }
@@ -203,6 +186,16 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
         gone = conn->readsDone && (events & (EPOLLHUP | EPOLLERR));
         if (gone) conn->broken = true;
       }
+      // At the bound only reserved frames are read: they fit, and their completion frees memory.
+      if (!gone && conn->reserved == 0 && atBound()) {
+        if (events & (EPOLLHUP | EPOLLERR)) {
+          markBroken(*conn);  // reported at every wait until closed: a held one must go now
+          closeConn(id);
+          return;
+        }
+        hold(*conn);
+        return;
+      }
       if (!gone) readFrom(*conn);
     }
     bool close = false;
@@ -217,12 +210,16 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
   // it sent is still answered (its waits too); the connection closes once nothing is owed.
   void readFrom(Conn& conn) {
     bool eof = false, error = false;
+    // Into the thread's buffer: a connection keeps only what no whole frame took, so an idle one
+    // costs no buffer.
+    const bool tight = conn.reserved == 0 && heldBytes() >= options_.maxHeldBytes / 2;
+    const std::size_t chunk = conn.state != State::kOpen || tight ? kTightReadChunk : kReadChunk;
     for (int i = 0; i < kReadsPerWakeup; ++i) {
-      char* at = conn.reader.room(kReadChunk);
-      const ssize_t n = ::recv(conn.fd.get(), at, kReadChunk, MSG_DONTWAIT);
+      const ssize_t n = ::recv(conn.fd.get(), scratch_.data(), chunk, MSG_DONTWAIT);
       if (n > 0) {
-        conn.reader.appended(static_cast<std::size_t>(n));
-        if (static_cast<std::size_t>(n) < kReadChunk) break;
+        conn.reader.append(scratch_.data(), static_cast<std::size_t>(n));
+        conn.lastRead = Clock::now();
+        if (static_cast<std::size_t>(n) < chunk) break;
         continue;
       }
       if (n < 0 && (errno == EINTR)) continue;
@@ -243,8 +240,15 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Runs the frames buffered; false when the connection must close.
+  // Runs the frames buffered; false when the connection must close. Then counts what the
+  // connection holds, and reserves its partial frame's size (or makes it wait for its turn).
   bool runFrames(Conn& conn) {
+    const bool ok = runBuffered(conn);
+    if (ok) charge(conn);
+    return ok;
+  }
+
+  bool runBuffered(Conn& conn) {
     if (conn.state == State::kMagic) {
       if (conn.reader.buffered() < storewire::kMagic.size()) return true;
       if (conn.reader.take(storewire::kMagic.size()) != storewire::kMagic) {
@@ -259,8 +263,19 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
         if (conn.closeWhenSent || conn.broken) return true;
         if (conn.readPaused) return true;  // the rest stays buffered until the client reads
       }
+      if (conn.held) return true;
+      // At the bound no request runs (its answer could be a largest value): it waits its turn.
+      if (conn.state == State::kOpen && conn.reader.pendingFrameBytes() > 0 &&
+          conn.reader.buffered() >= conn.reader.pendingFrameBytes() && atBound()) {
+        hold(conn);
+        return true;
+      }
       const auto next = conn.reader.next(payload);
       if (next == storewire::FrameReader::Next::kNeedMore) return true;
+      if (next == storewire::FrameReader::Next::kFrame && conn.reserved > 0) {  // it arrived whole
+        conn.reserved = 0;
+        --reservations_;
+      }
       if (next == storewire::FrameReader::Next::kTooLarge) {
         return abuse(conn, conn.state == State::kHello ? "its hello is larger than any client's"
                                                        : "it sent a frame over the store's message limit");
@@ -288,6 +303,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     v1::StoreResponse answer;
     answer.set_id(0);
     std::string out(storewire::kMagic);
+    conn.lastWrite = Clock::now();
     if (!core_.acceptsToken(hello.token())) {
       core_.logRefusedToken("a connection from " + conn.address);
       detail::setStatus(answer, {StoreCode::kUnauthenticated, "invalid job token"});
@@ -295,6 +311,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       std::lock_guard lock(mu_);
       ++stats_.refusedToken;
       conn.out += out;
+      queued_.fetch_add(out.size(), std::memory_order_relaxed);
       conn.closeWhenSent = true;
       flushLocked(conn);
       return true;
@@ -309,6 +326,7 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
     });
     std::lock_guard lock(mu_);
     conn.out += out;
+    queued_.fetch_add(out.size(), std::memory_order_relaxed);
     markDirtyLocked(conn);
     return true;
   }
@@ -335,7 +353,10 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       if (it == conns_.end()) return;
       Conn& conn = *it->second;
       if (conn.broken || conn.closeWhenSent) return;
+      const std::size_t before = conn.out.size();
+      if (conn.out.size() == conn.outSent) conn.lastWrite = Clock::now();  // waits from now
       storewire::appendFrame(conn.out, response);
+      queued_.fetch_add(conn.out.size() - before, std::memory_order_relaxed);
       ++conn.answers;
       closeIfDoneLocked(conn);  // the last answer of a half-closed connection: it goes once written
       if (conn.out.size() - conn.outSent >= kMaxQueuedAnswerBytes && !conn.readPaused) {
@@ -391,6 +412,8 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
                                MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         conn.outSent += static_cast<std::size_t>(n);
+        queued_.fetch_sub(static_cast<std::size_t>(n), std::memory_order_relaxed);
+        conn.lastWrite = Clock::now();
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -418,14 +441,11 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
   // over, room to write while answers wait. Level-triggered, so a readable socket that is not
   // read must not be watched for reading.
   void watchLocked(Conn& conn) {
-    const uint32_t want = (conn.readPaused || conn.closeWhenSent || conn.readsDone ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) |
+    const uint32_t want = (conn.readPaused || conn.held || conn.closeWhenSent || conn.readsDone ? 0u : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)) |
                           (conn.wantWrite ? static_cast<uint32_t>(EPOLLOUT) : 0u);
     if (want == conn.watched) return;
     conn.watched = want;
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = conn.id;
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn.fd.get(), &ev);
+    loop_.modify(conn.fd.get(), conn.id, want);
   }
 
   void markBroken(Conn& conn) {
@@ -442,7 +462,12 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       conn = std::move(it->second);
       conns_.erase(it);
     }
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn->fd.get(), nullptr);
+    {
+      std::lock_guard lock(mu_);
+      queued_.fetch_sub(conn->out.size() - conn->outSent, std::memory_order_relaxed);
+    }
+    inputHeld_.fetch_sub(conn->charged, std::memory_order_relaxed);
+    if (conn->reserved > 0) --reservations_;
     if (conn->handler) conn->handler->end();
     if (conn->closeWhenSent) ::shutdown(conn->fd.get(), SHUT_WR);
   }  // the socket closes here
@@ -462,6 +487,112 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
       if (auto held = brokenLog_.allow()) {
         spdlog::info("store: closed a connection from {}: no hello within {} ms{}", conn->address,
                      options_.helloTimeout.count(), heldBackNote(*held));
+      }
+      closeConn(id);
+    }
+  }
+
+  // What the connections hold now, together.
+  std::size_t heldBytes() const {
+    return inputHeld_.load(std::memory_order_relaxed) + queued_.load(std::memory_order_relaxed);
+  }
+  bool atBound() const { return heldBytes() >= options_.maxHeldBytes; }
+
+  // Counts what the connection holds: its partial frame's reservation, or the bytes its reader
+  // holds. A partial frame whose header is here gets a reservation of its whole size when it fits,
+  // or when no other frame has one (one frame always fits: the server never waits on itself);
+  // else the connection waits, unread, for its turn.
+  void charge(Conn& conn) {
+    conn.reader.compact();
+    if (conn.reserved == 0 && !conn.held && isPartial(conn) && !tryReserve(conn)) hold(conn);
+    const std::size_t now = std::max(conn.reserved, conn.reader.held());
+    if (now >= conn.charged) {
+      inputHeld_.fetch_add(now - conn.charged, std::memory_order_relaxed);
+    } else {
+      inputHeld_.fetch_sub(conn.charged - now, std::memory_order_relaxed);
+    }
+    conn.charged = now;
+  }
+
+  static bool isPartial(const Conn& conn) {
+    return conn.reader.pendingFrameBytes() > conn.reader.buffered();
+  }
+
+  bool tryReserve(Conn& conn) {
+    const std::size_t frame = conn.reader.pendingFrameBytes();
+    const std::size_t others = heldBytes() - conn.charged;
+    if (reservations_ > 0 && others + frame > options_.maxHeldBytes) return false;
+    conn.reserved = frame;
+    conn.reservedAt = Clock::now();
+    ++reservations_;
+    return true;
+  }
+
+  void hold(Conn& conn) {
+    if (conn.held) return;
+    conn.held = true;
+    held_.push_back(conn.id);
+    std::lock_guard lock(mu_);
+    ++stats_.heldForMemory;
+    watchLocked(conn);
+  }
+
+  // Lets the held connections go on, in the order they came, while they fit: a partial frame
+  // once its reservation fits, the others once below the bound.
+  void releaseHeld() {
+    while (!held_.empty()) {
+      Conn* conn = find(held_.front());
+      if (!conn || !conn->held) {
+        held_.pop_front();
+        continue;
+      }
+      if (isPartial(*conn) && conn->reserved == 0) {
+        if (!tryReserve(*conn)) break;
+      } else if (atBound()) {
+        break;
+      }
+      held_.pop_front();
+      conn->held = false;
+      conn->lastRead = Clock::now();  // the wait was the server's, not the client's
+      charge(*conn);
+      std::lock_guard lock(mu_);
+      watchLocked(*conn);
+      resumed_.push_back(conn->id);  // frames it holds run now
+    }
+  }
+
+  // Closes, once a second, the connections that hold memory without moving it: a reserved frame
+  // that got no byte for stallTimeout or is not whole after frameTimeout, answers that saw no byte
+  // written for stallTimeout.
+  void sweepStalled() {
+    const auto now = Clock::now();
+    if (now - lastSweep_ < std::chrono::seconds(1)) return;
+    lastSweep_ = now;
+    std::vector<std::pair<uint64_t, std::string>> stalled;
+    for (auto& [id, c] : conns_) {
+      Conn& conn = *c;
+      std::lock_guard lock(mu_);
+      if (conn.closeWhenSent || conn.broken) continue;
+      if (conn.reserved > 0 && !conn.held && !conn.readPaused && now - conn.lastRead >= options_.stallTimeout) {
+        stalled.emplace_back(id, fmt::format("its frame of {} bytes got no byte for {} ms", conn.reserved,
+                                             options_.stallTimeout.count()));
+      } else if (conn.reserved > 0 && !conn.held && now - conn.reservedAt >= options_.frameTimeout) {
+        stalled.emplace_back(id, fmt::format("its frame of {} bytes was not whole after {} ms", conn.reserved,
+                                             options_.frameTimeout.count()));
+      } else if (conn.out.size() > conn.outSent && now - conn.lastWrite >= options_.stallTimeout) {
+        stalled.emplace_back(id, fmt::format("it read none of its {} bytes of answers for {} ms",
+                                             conn.out.size() - conn.outSent, options_.stallTimeout.count()));
+      }
+    }
+    for (auto& [id, why] : stalled) {
+      Conn* conn = find(id);
+      if (!conn) continue;
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.closedStalled;
+      }
+      if (auto held = brokenLog_.allow()) {
+        spdlog::info("store: closed a connection from {}: {}{}", conn->address, why, heldBackNote(*held));
       }
       closeConn(id);
     }
@@ -490,8 +621,14 @@ class StoreWireServer::Impl : public std::enable_shared_from_this<Impl> {
 
   StoreCore& core_;
   const StoreWireServerOptions options_;
-  UniqueFd epoll_;
-  UniqueFd wake_;
+  EventLoop loop_;
+  std::vector<char> scratch_ = std::vector<char>(kReadChunk);  // the server's thread: every read lands here first
+  // The memory bound: what connections hold, together (StoreWireServerOptions::maxHeldBytes).
+  std::atomic<std::size_t> inputHeld_{0};  // partial frames (their reservations), written by the server's thread
+  std::atomic<std::size_t> queued_{0};     // answers not yet written, under mu_
+  std::size_t reservations_ = 0;           // frames with a reservation (the server's thread)
+  std::deque<uint64_t> held_;              // connections waiting for the bound, in arrival order
+  Clock::time_point lastSweep_{};
   std::thread thread_;
   std::thread::id threadId_;
   v1::StoreRequest request_;  // the server's thread only: reused for every request

@@ -9,10 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "common/unique_fd.h"
@@ -301,5 +304,165 @@ TEST_CASE("store wire: a client that half-closes still gets the answers of its p
   CHECK(answer.has_wait());
   CHECK(closedByPeer(client.get()));
   core.shutdown();
+  wire.stop();
+}
+
+// What the server's process holds, from the kernel: now, and the peak since resetPeakMemory().
+namespace {
+
+std::size_t residentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  REQUIRE(f != nullptr);
+  long pages = 0, resident = 0;
+  REQUIRE(std::fscanf(f, "%ld %ld", &pages, &resident) == 2);
+  std::fclose(f);
+  return static_cast<std::size_t>(resident) * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+void resetPeakMemory() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  REQUIRE(f != nullptr);
+  std::fputs("5", f);  // resets VmHWM to the resident size now (Linux 4.0)
+  std::fclose(f);
+}
+
+std::size_t peakBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  REQUIRE(f != nullptr);
+  char line[256];
+  std::size_t kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  REQUIRE(kb > 0);
+  return kb * 1024;
+}
+
+// A client over a socket pair adopted by `wire`, past its hello (no job token on this core).
+UniqueFd openedClient(ddprun::StoreWireServer& wire) {
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  UniqueFd client(pair[0]);
+  wire.adopt(UniqueFd(pair[1]), "local");
+  sendAll(client.get(), helloBytes(""));
+  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
+  return client;
+}
+
+// Sends as much of `total` bytes (`chunk` repeated) as the peer takes within `within`.
+void sendFor(int fd, const std::string& chunk, std::size_t total, std::chrono::milliseconds within) {
+  const auto until = Clock::now() + within;
+  std::size_t sent = 0;
+  while (sent < total && Clock::now() < until) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = ::send(fd, chunk.data(), std::min(chunk.size(), total - sent), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      return;  // closed by the server
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+bool openDropsBelow(ddprun::StoreWireServer& wire, uint64_t n) {
+  const auto until = Clock::now() + ddprun::test::kSafetyBound;
+  while (wire.stats().open >= n && Clock::now() < until) std::this_thread::sleep_for(50ms);
+  return wire.stats().open < n;
+}
+
+}  // namespace
+
+TEST_CASE("store wire: connections that sent only the magic hold no read buffer", "[store_wire][memory]") {
+  // 1,000 connections that stop after the magic: each used to hold the 64 KiB it was read into
+  // (18,000 of them took a daemon to 1.17 GB). Now a connection keeps only what it sent.
+  ddprun::StoreCore core(ddprun::StoreCoreOptions{});
+  ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
+  constexpr int kConnections = 1000;
+  std::vector<UniqueFd> clients;
+  const std::size_t before = residentBytes();
+  for (int i = 0; i < kConnections; ++i) {
+    int pair[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+    clients.emplace_back(pair[0]);
+    sendAll(pair[0], std::string(ddprun::storewire::kMagic));
+    wire.adopt(UniqueFd(pair[1]), "local");
+  }
+  const auto until = Clock::now() + ddprun::test::kSafetyBound;
+  while (wire.stats().open < kConnections && Clock::now() < until) std::this_thread::sleep_for(20ms);
+  REQUIRE(wire.stats().open == kConnections);
+  std::this_thread::sleep_for(200ms);  // each one's magic is read
+  const std::size_t grown = residentBytes() - std::min(before, residentBytes());
+  WARN("grew by " << grown / 1024 << " KiB for " << kConnections << " connections");
+  CHECK(grown < 16u * 1024 * 1024);  // was 64 MiB and more
+  wire.stop();
+}
+
+TEST_CASE("store wire: partial frames of many connections are held to the server's bound, and silent ones close",
+          "[store_wire][memory]") {
+  // 8 clients each declare a frame of 79 MiB and send most of it, then fall silent: 8 x 70 MiB
+  // used to be held with no timeout. Now frames get their turn within maxHeldBytes (128 MiB), so
+  // at most one such frame is read at a time here, and a frame that stops moving is closed after
+  // stallTimeout (10 s).
+  ddprun::StoreCore core(ddprun::StoreCoreOptions{});
+  ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
+  constexpr int kClients = 8;
+  constexpr std::size_t kFrame = 79u << 20, kSent = 70u << 20;
+  std::vector<UniqueFd> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(openedClient(wire));
+  const std::string chunk(1 << 20, 'x');
+  const std::size_t before = residentBytes();
+  resetPeakMemory();
+  std::vector<std::thread> senders;
+  for (auto& c : clients) {
+    senders.emplace_back([&chunk, fd = c.get()] {
+      std::string header(4, '\0');
+      header[0] = static_cast<char>((kFrame >> 24) & 0xff);
+      header[1] = static_cast<char>((kFrame >> 16) & 0xff);
+      header[2] = static_cast<char>((kFrame >> 8) & 0xff);
+      header[3] = static_cast<char>(kFrame & 0xff);
+      sendAll(fd, header);
+      sendFor(fd, chunk, kSent, 4s);
+    });
+  }
+  for (auto& t : senders) t.join();
+  const std::size_t grown = peakBytes() - std::min(before, peakBytes());
+  WARN("peak grew by " << grown / (1024 * 1024) << " MiB");
+  CHECK(grown < 200u * 1024 * 1024);  // was 8 x 70 MiB
+  // Silent from here on: the frame being read stalls and its connection closes, which lets the
+  // next one in (and it stalls too).
+  CHECK(openDropsBelow(wire, kClients));
+  wire.stop();
+}
+
+TEST_CASE("store wire: clients that never read hold at most the server's bound, and are closed when they stall",
+          "[store_wire][memory]") {
+  // 8 clients ask again and again for a 32 MiB value and never read: each used to be cut off only
+  // at its own 64 MiB of answers (8 x 64 MiB and more). Now no request runs while the connections
+  // hold maxHeldBytes, and a connection whose answers see no byte written for stallTimeout closes.
+  ddprun::StoreCore core(ddprun::StoreCoreOptions{});
+  core.store().set({"job", 1}, "big", std::string(32u << 20, 'v'));
+  ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
+  constexpr int kClients = 8;
+  std::vector<UniqueFd> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(openedClient(wire));
+  std::string requests;
+  for (int i = 1; i <= 20; ++i) {
+    ddprun::v1::StoreRequest r;
+    r.set_id(static_cast<uint64_t>(i));
+    r.mutable_get()->mutable_scope()->set_run_id("job");
+    r.mutable_get()->mutable_scope()->set_round(1);
+    r.mutable_get()->set_key("big");
+    ddprun::storewire::appendFrame(requests, r);
+  }
+  const std::size_t before = residentBytes();
+  resetPeakMemory();
+  for (auto& c : clients) sendAll(c.get(), requests);
+  std::this_thread::sleep_for(2s);  // the server runs what it will
+  const std::size_t grown = peakBytes() - std::min(before, peakBytes());
+  WARN("peak grew by " << grown / (1024 * 1024) << " MiB");
+  CHECK(grown < 240u * 1024 * 1024);  // was more than 8 x 64 MiB
+  CHECK(openDropsBelow(wire, kClients));
   wire.stop();
 }

@@ -98,3 +98,34 @@ TEST_CASE("store wire: an empty message is a frame of length zero", "[store_wire
   REQUIRE(reader.next(payload) == FrameReader::Next::kFrame);
   CHECK(payload.empty());
 }
+
+TEST_CASE("store wire: a reader fed by append holds only what no whole frame took", "[store_wire]") {
+  ddprun::storewire::FrameReader reader(ddprun::storewire::kMaxFrameBytes);
+  std::string stream;
+  ddprun::v1::StoreRequest r;
+  r.set_id(1);
+  r.mutable_get()->set_key(std::string(1000, 'k'));
+  ddprun::storewire::appendFrame(stream, r);
+  ddprun::storewire::appendFrame(stream, r);
+  const std::size_t one = stream.size() / 2;
+  // A whole frame and the first 10 bytes of the next.
+  reader.append(stream.data(), one + 10);
+  CHECK(reader.pendingFrameBytes() == one);
+  std::string_view payload;
+  REQUIRE(reader.next(payload) == ddprun::storewire::FrameReader::Next::kFrame);
+  CHECK(reader.next(payload) == ddprun::storewire::FrameReader::Next::kNeedMore);
+  reader.compact();
+  CHECK(reader.held() == 10);
+  CHECK(reader.buffered() == 10);
+  CHECK(reader.pendingFrameBytes() == one);  // its header is here: its size is known
+  reader.append(stream.data() + one + 10, one - 10);
+  REQUIRE(reader.next(payload) == ddprun::storewire::FrameReader::Next::kFrame);
+  ddprun::v1::StoreRequest back;
+  REQUIRE(back.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
+  CHECK(back.get().key() == r.get().key());
+  reader.compact();
+  CHECK(reader.held() == 0);
+  CHECK(reader.pendingFrameBytes() == 0);
+  reader.append(stream.data(), 3);  // not even a header
+  CHECK(reader.pendingFrameBytes() == 0);
+}
