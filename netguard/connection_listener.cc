@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/epoll.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/event_loop.h"
 #include "common/http2_refusal.h"
 #include "common/log_limiter.h"
 #include "common/net.h"
@@ -109,14 +109,7 @@ class ConnectionListener::Impl {
  public:
   explicit Impl(ConnectionListenerOptions options) : options_(std::move(options)) {
     listen_ = bindListeners(options_.host, options_.port, &port_);
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw DDPRUN_SYSTEM_ERROR("pipe");
-    wakeRead_.reset(fds[0]);
-    wakeWrite_.reset(fds[1]);
-    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-    if (!epoll_) throw DDPRUN_SYSTEM_ERROR("epoll_create1");
-    watch(wakeRead_.get(), kWakeKey, EPOLLIN, EPOLL_CTL_ADD);
-    for (std::size_t i = 0; i < listen_.size(); ++i) watch(listen_[i].get(), kListenKey + i, EPOLLIN, EPOLL_CTL_ADD);
+    for (std::size_t i = 0; i < listen_.size(); ++i) loop_.add(listen_[i].get(), kListenKey + i, EPOLLIN);
     spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
 
@@ -149,7 +142,7 @@ class ConnectionListener::Impl {
 
   void stop() {
     if (!thread_.joinable()) return;
-    (void)!::write(wakeWrite_.get(), "x", 1);
+    loop_.wake();  // the loop's only wake-up: it stops
     thread_.join();
     pending_.clear();  // closes them
     listen_.clear();
@@ -286,7 +279,6 @@ class ConnectionListener::Impl {
     // pending connection's bytes): else every wake-up retried accept() into the same EMFILE.
     Clock::time_point acceptPausedUntil{};
     bool listening = true;
-    std::vector<epoll_event> events(512);
     while (true) {
       auto now = Clock::now();
       const bool paused = now < acceptPausedUntil;
@@ -298,20 +290,15 @@ class ConnectionListener::Impl {
       if (paused) next = std::min(next, acceptPausedUntil);
       if (!deadlines_.empty()) next = std::min(next, deadlines_.front().at);
       if (!repeek_.empty()) next = std::min(next, repeek_.begin()->first);
-      const int timeout = static_cast<int>(
-          std::clamp<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(next - now).count(), 0, 1000));
-      int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
-      if (n < 0 && errno != EINTR) break;
-      bool stopping = false, accept = false;
+      const auto events = loop_.wait(next);
+      if (loop_.rung()) break;  // stop()
+      bool accept = false;
       now = Clock::now();
       // Pending connections first: the ones accepted below were not waited for yet.
-      for (int i = 0; i < n; ++i) {
-        const uint64_t key = events[i].data.u64;
-        if (key == kWakeKey) stopping = true;
-        else if (key >= kListenKey) accept = true;
-        else serve(static_cast<int>(key), events[i].events, now);
+      for (const epoll_event& e : events) {
+        if (e.data.u64 >= kListenKey) accept = true;
+        else serve(static_cast<int>(e.data.u64), e.events, now);
       }
-      if (stopping) break;  // stop()
       if (accept && now >= acceptPausedUntil) {
         for (const auto& l : listen_) {
           const auto pause = acceptAll(l.get(), now);
@@ -323,12 +310,7 @@ class ConnectionListener::Impl {
     }
   }
 
-  void watch(int fd, uint64_t key, uint32_t events, int op = EPOLL_CTL_MOD) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = key;
-    ::epoll_ctl(epoll_.get(), op, fd, &ev);
-  }
+  void watch(int fd, uint64_t key, uint32_t events) { loop_.modify(fd, key, events); }
 
   // Accepts until the backlog is empty; returns how long to pause accepting (after an error).
   std::chrono::milliseconds acceptAll(int listenFd, Clock::time_point now) {
@@ -384,7 +366,7 @@ class ConnectionListener::Impl {
       ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       const int number = conn.get();
       const uint64_t seq = ++lastSeq_;
-      watch(number, static_cast<uint64_t>(number), EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+      loop_.add(number, static_cast<uint64_t>(number), EPOLLIN | EPOLLRDHUP);
       pending_.insert_or_assign(number, Pending{std::move(conn), std::move(address), seq, gated});
       // One timeout for all: arrival order is deadline order.
       deadlines_.push_back(Deadline{now + options_.handshakeTimeout, number, seq});
@@ -487,7 +469,7 @@ class ConnectionListener::Impl {
 
   // Out of the pending set (and of the epoll set: its descriptor may live on, in gRPC or the relay).
   Pending takePending(std::unordered_map<int, Pending>::iterator it) {
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+    loop_.remove(it->first);
     Pending p = std::move(it->second);
     pending_.erase(it);
     return p;
@@ -570,8 +552,6 @@ class ConnectionListener::Impl {
 
   ConnectionListenerOptions options_;
   std::vector<UniqueFd> listen_;
-  UniqueFd wakeRead_;
-  UniqueFd wakeWrite_;
   UniqueFd spare_;  // closed to accept (and drop) one connection when descriptors run out
   int port_ = 0;
   grpc::Server* server_ = nullptr;
@@ -587,8 +567,7 @@ class ConnectionListener::Impl {
   std::deque<Deadline> deadlines_;
   std::multimap<Clock::time_point, std::pair<int, uint64_t>> repeek_;
   uint64_t lastSeq_ = 0;
-  UniqueFd epoll_;
-  static constexpr uint64_t kWakeKey = ~uint64_t{0};
+  EventLoop loop_{512};
   static constexpr uint64_t kListenKey = uint64_t{1} << 62;  // + the listener's index
   std::size_t baseline_ = 0;      // descriptors open before the first connection
   std::size_t estimate_ = 0;      // accept thread only

@@ -1,8 +1,6 @@
 #include "netguard/connection_relay.h"
 
 #include <fcntl.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/event_loop.h"
 #include "common/http2_refusal.h"
 #include "netguard/http2_frames.h"
 #include "netguard/token_recognizer.h"
@@ -103,13 +102,6 @@ class ConnectionRelay::Impl {
         onAbuse_(std::move(onAbuse)),
         tls_(std::move(tls)),
         untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()) {
-    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-    wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!epoll_ || !wake_) throw DDPRUN_SYSTEM_ERROR("connection relay");
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kWakeKey;
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
     thread_ = std::thread([this] { run(); });
   }
 
@@ -177,41 +169,25 @@ class ConnectionRelay::Impl {
   }
 
  private:
-  static constexpr uint64_t kWakeKey = ~uint64_t{0};
-
-  void wake() {
-    uint64_t one = 1;
-    (void)!::write(wake_.get(), &one, sizeof(one));
-  }
+  void wake() { loop_.wake(); }
 
   void run() {
-    std::vector<epoll_event> events(256);
     while (true) {
-      int timeout = -1;
+      auto until = Clock::time_point::max();
       for (const auto* timers : {&timers_, &handshakeTimers_}) {
-        if (timers->empty()) continue;
-        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(timers->begin()->first - Clock::now());
-        const int ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
-        timeout = timeout < 0 ? ms : std::min(timeout, ms);
+        if (!timers->empty()) until = std::min(until, timers->begin()->first);
       }
-      if (!again_.empty() || !promoted_.empty()) timeout = 0;
-      int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout);
-      if (n < 0 && errno != EINTR) break;
+      if (!again_.empty() || !promoted_.empty()) until = Clock::now();
+      // Nothing to do but what its descriptors bring: no wake-up without a cause.
+      const auto events = loop_.wait(until, std::chrono::hours(1));
       // Requests first: a trust() or close() made before the client's next bytes were sent then
-      // applies to them, whatever order epoll reports the two in. The wake-up is consumed before
-      // the requests are read, so that none made meanwhile goes unnoticed.
-      for (int i = 0; i < n; ++i) {
-        if (events[i].data.u64 == kWakeKey) {
-          uint64_t count;
-          (void)!::read(wake_.get(), &count, sizeof(count));
-        }
-      }
+      // applies to them, whatever order epoll reports the two in (the loop consumed the wake-up
+      // before returning, so none made meanwhile goes unnoticed).
       if (!takeInbox()) break;
-      for (int i = 0; i < n; ++i) {
-        if (events[i].data.u64 == kWakeKey) continue;
-        auto it = conns_.find(events[i].data.u64 >> 1);
+      for (const epoll_event& e : events) {
+        auto it = conns_.find(e.data.u64 >> 1);
         if (it == conns_.end()) continue;  // closed by an earlier event of this batch
-        serve(*it->second, (events[i].data.u64 & 1) != 0, events[i].events);
+        serve(*it->second, (e.data.u64 & 1) != 0, e.events);
       }
       readAgain();
       releaseDue();
@@ -563,10 +539,11 @@ class ConnectionRelay::Impl {
 
   void setInterest(Relayed& r, Side& side, bool inner, uint32_t events) {
     if (side.interest == events + 1) return;  // +1: 0 means "not registered yet"
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = key(r.id, inner);
-    ::epoll_ctl(epoll_.get(), side.interest == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, side.fd.get(), &ev);
+    if (side.interest == 0) {
+      loop_.add(side.fd.get(), key(r.id, inner), events);
+    } else {
+      loop_.modify(side.fd.get(), key(r.id, inner), events);
+    }
     side.interest = events + 1;
   }
 
@@ -616,8 +593,7 @@ class ConnectionRelay::Impl {
   const std::string token_;  // empty: no token to look for
   std::function<void(const std::string&, const std::string&)> onAbuse_;
   RelayTls tls_;
-  UniqueFd epoll_;
-  UniqueFd wake_;
+  EventLoop loop_;
   TokenBucket untrusted_;  // streams of every connection not trusted yet, together
   std::unordered_map<uint64_t, std::unique_ptr<Relayed>> conns_;  // relay thread only
   std::multimap<Clock::time_point, uint64_t> timers_;            // held connections, by due time
