@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/event_loop.h"
 #include "common/http2_refusal.h"
+#include "netguard/handshake_queue.h"
 #include "netguard/http2_frames.h"
 #include "netguard/token_recognizer.h"
 #include "tls/tls_session.h"
@@ -81,12 +82,6 @@ struct Relayed {
   enum class Handshake { kNone, kQueued, kActive, kDone } handshake = Handshake::kNone;
 };
 
-// The TLS handshakes of one client address: how many run, and who waits for a turn.
-struct AddressHandshakes {
-  std::size_t active = 0;
-  std::deque<uint64_t> waiting;  // ids, in order of arrival
-};
-
 // epoll's data for a side: the connection's id and which side.
 uint64_t key(uint64_t id, bool inner) { return (id << 1) | (inner ? 1 : 0); }
 
@@ -101,7 +96,8 @@ class ConnectionRelay::Impl {
         token_(std::move(token.value)),
         onAbuse_(std::move(onAbuse)),
         tls_(std::move(tls)),
-        untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()) {
+        untrusted_(limits.untrustedStreamsPerSecond, limits.untrustedStreamsPerSecond, Clock::now()),
+        handshakes_(HandshakeQueue::Options{tls_.maxHandshakesPerAddress, tls_.handshakeTimeout, tls_.stallGrace}) {
     thread_ = std::thread([this] { run(); });
   }
 
@@ -174,9 +170,8 @@ class ConnectionRelay::Impl {
   void run() {
     while (true) {
       auto until = Clock::time_point::max();
-      for (const auto* timers : {&timers_, &handshakeTimers_}) {
-        if (!timers->empty()) until = std::min(until, timers->begin()->first);
-      }
+      if (!timers_.empty()) until = timers_.begin()->first;
+      until = std::min(until, handshakes_.nextCheck());
       if (!again_.empty() || !promoted_.empty()) until = Clock::now();
       // Nothing to do but what its descriptors bring: no wake-up without a cause.
       const auto events = loop_.wait(until, std::chrono::hours(1));
@@ -308,6 +303,7 @@ class ConnectionRelay::Impl {
       const ssize_t n = ::recv(r.client.fd.get(), raw, sizeof(raw), 0);
       if (n <= 0) return n;
       r.tls->feed(raw, static_cast<std::size_t>(n));
+      if (r.handshake == Relayed::Handshake::kActive) handshakes_.progressed(r.id, Clock::now());
     }
   }
 
@@ -328,54 +324,41 @@ class ConnectionRelay::Impl {
     }
   }
 
-  // At most maxHandshakesPerAddress handshakes of one address at once; the others wait in order
-  // of arrival (a mass start behind one NAT address forms, a flood from one address does not take
-  // every other address's turn). The deadline starts when the handshake does.
+  // Handshakes wait for their address's turn (HandshakeQueue): nothing of a waiting one is read.
   void queueHandshake(Relayed& r) {
-    auto& q = handshakes_[r.address];
-    if (q.active < tls_.maxHandshakesPerAddress) {
-      startHandshake(r, q);
-    } else {
-      r.handshake = Relayed::Handshake::kQueued;
-      q.waiting.push_back(r.id);
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.tlsQueued;
+    if (handshakes_.arrive(r.id, r.address, Clock::now())) {
+      r.handshake = Relayed::Handshake::kActive;
+      return;
     }
-  }
-
-  void startHandshake(Relayed& r, AddressHandshakes& q) {
-    ++q.active;
-    r.handshake = Relayed::Handshake::kActive;
-    handshakeTimers_.emplace(Clock::now() + tls_.handshakeTimeout, r.id);
+    r.handshake = Relayed::Handshake::kQueued;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.tlsQueued;
   }
 
   // r's handshake is over (done, failed, or r is closing): its slot goes to the next in line.
   void endHandshake(Relayed& r) {
-    const auto was = r.handshake;
     r.handshake = Relayed::Handshake::kDone;
-    auto it = handshakes_.find(r.address);
-    if (it == handshakes_.end()) return;
-    AddressHandshakes& q = it->second;
-    if (was == Relayed::Handshake::kActive) --q.active;
-    while (q.active < tls_.maxHandshakesPerAddress && !q.waiting.empty()) {
-      const uint64_t next = q.waiting.front();
-      q.waiting.pop_front();
+    for (uint64_t next : handshakes_.end(r.id, Clock::now())) {
       auto c = conns_.find(next);
-      if (c == conns_.end() || c->second->handshake != Relayed::Handshake::kQueued) continue;
-      startHandshake(*c->second, q);
+      if (c == conns_.end()) continue;
+      c->second->handshake = Relayed::Handshake::kActive;
       promoted_.push_back(next);
     }
-    if (q.active == 0 && q.waiting.empty()) handshakes_.erase(it);
   }
 
   void expireHandshakes() {
-    const auto now = Clock::now();
-    while (!handshakeTimers_.empty() && handshakeTimers_.begin()->first <= now) {
-      const uint64_t id = handshakeTimers_.begin()->second;
-      handshakeTimers_.erase(handshakeTimers_.begin());
-      auto it = conns_.find(id);
-      if (it == conns_.end() || !it->second->tls || it->second->tls->established()) continue;
-      tlsFailed(*it->second, "no TLS handshake within " + std::to_string(tls_.handshakeTimeout.count()) + " ms");
+    for (const auto& e : handshakes_.expired(Clock::now())) {
+      auto it = conns_.find(e.id);
+      if (it == conns_.end() || !it->second->tls || it->second->tls->established()) {
+        handshakes_.end(e.id, Clock::now());  // gone or done: not a handshake any more
+        continue;
+      }
+      if (e.why == HandshakeQueue::Why::kTimedOut) {
+        tlsFailed(*it->second, "no TLS handshake within " + std::to_string(tls_.handshakeTimeout.count()) + " ms");
+      } else {
+        tlsFailed(*it->second, "its TLS handshake sent nothing for " + std::to_string(tls_.stallGrace.count()) +
+                                   " ms while other connections from its address waited their turn");
+      }
     }
   }
 
@@ -597,9 +580,8 @@ class ConnectionRelay::Impl {
   TokenBucket untrusted_;  // streams of every connection not trusted yet, together
   std::unordered_map<uint64_t, std::unique_ptr<Relayed>> conns_;  // relay thread only
   std::multimap<Clock::time_point, uint64_t> timers_;            // held connections, by due time
-  std::multimap<Clock::time_point, uint64_t> handshakeTimers_;   // TLS handshakes, by deadline
   std::vector<uint64_t> again_;  // TLS connections with records left in OpenSSL (readAgain)
-  std::unordered_map<std::string, AddressHandshakes> handshakes_;  // addresses with handshakes now
+  HandshakeQueue handshakes_;  // TLS handshakes, per client address
   std::vector<uint64_t> promoted_;  // got their handshake slot: to read at once (readAgain)
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Relayed>> inbox_;

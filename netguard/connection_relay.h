@@ -52,6 +52,9 @@ struct RelayTls {
   // Handshakes of one client address at once; more wait their turn (queued, not refused: a mass
   // start behind one NAT address still forms). Their timeout starts with their turn.
   std::size_t maxHandshakesPerAddress = 256;
+  // While others of its address wait, a handshake whose client sent nothing for this long (since
+  // it connected) gives its turn up: it is closed (handshake_queue.h).
+  std::chrono::milliseconds stallGrace{std::chrono::seconds(1)};
   // Runs on the relay's thread, with no lock of the relay held, when a connection's handshake
   // failed or timed out (it is closed): for the log.
   std::function<void(const std::string& address, const std::string& why)> onFailure;

@@ -18,8 +18,12 @@ daemon accepts (a node's certificate, stolen): the certificate is no licence to 
 And a handshake flood: 300 connections from 127.0.0.2 that send half a ClientHello (270: more
 than the 256 handshakes one address may run at once, so some wait for a turn) or nothing (30),
 and stall, while a 2-node TLS job forms beside them: the job passes, and the daemon closes every
-stalled connection by its handshake timeout (10 s; twice that for those that waited a turn).
-Bounds are memory bounds and safety timeouts, not speed claims.
+stalled connection by its handshake timeout (10 s; twice that for those that waited a turn), or
+earlier when it gives its turn up to one that waits (netguard/handshake_queue.h). And the same
+flood, 1,500 strong, from the job's own address (issue #37 item 5): the job's handshakes wait
+behind the stalled ones, which give their turns up one grace (1 s) after they fall silent, so the
+job is delayed by less than a handshake timeout (it took 50 s when each batch of 256 held its
+turns until its timeout). Bounds are memory bounds and safety timeouts, not speed claims.
 """
 
 import json
@@ -43,6 +47,7 @@ from ddprun_testlib import main
 STALLED = 300             # connections of the handshake flood
 SILENT_EVERY = 10         # one in SILENT_EVERY of them sends nothing; the others half a ClientHello
 HANDSHAKE_TIMEOUT_S = 10  # the daemon's (ConnectionListenerOptions::handshakeTimeout, not a flag)
+STALLED_SAME_ADDRESS = 1500  # the flood from the job's own address (issue #37 item 5)
 HANDSHAKES_PER_ADDRESS = 256  # at once (RelayTls::maxHandshakesPerAddress); the flood's wait a turn
 # Half a ClientHello: a handshake record announcing 512 bytes, then the first 6 of them.
 PARTIAL_CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
@@ -154,12 +159,14 @@ class TlsAbuseTest(ml.MultiNodeTestCase):
             self.assert_exit(res, 0)
         job_s = time.monotonic() - started
         # The flood was there while the job formed: the daemon closes a stalled connection only
-        # at its handshake timeout, so none may have ended before that.
+        # at its handshake timeout, or when it gives its turn up to one of its address that waits
+        # (at most as many as waited: those past the address's handshakes at once).
         open_after_job = [s for s in stalled if not self._ended(s, 0)]
+        waited = sum(partial) - HANDSHAKES_PER_ADDRESS
         if job_s < HANDSHAKE_TIMEOUT_S - 1:
-            self.assertEqual(len(open_after_job), STALLED,
-                             "stalled connections ended before the handshake timeout, so the job (%.1f s) did not "
-                             "form beside all of them" % job_s)
+            self.assertGreaterEqual(len(open_after_job), STALLED - waited,
+                                    "stalled connections ended before the handshake timeout, so the job (%.1f s) did "
+                                    "not form beside all of them" % job_s)
         # Then the daemon closes every one of them (else a flood only has to wait to hold them all):
         # those that waited a turn, one timeout after the first ones.
         deadline = started + 2 * HANDSHAKE_TIMEOUT_S + 15
@@ -173,6 +180,36 @@ class TlsAbuseTest(ml.MultiNodeTestCase):
         # And a job after it.
         for res in self.wait_all(self.job(daemon.port, "after"), JOB_S):
             self.assert_exit(res, 0)
+
+    def test_stalled_handshakes_at_the_jobs_own_address_delay_it_less_than_a_handshake_timeout(self):
+        daemon = self.start_daemon()
+        stalled = []
+
+        def close_all():
+            for s in stalled:
+                s.close()
+        self.addCleanup(close_all)
+        # From the agents' own address (a shared host, a NAT gateway): every one sends half a
+        # ClientHello, so that each takes a handshake turn of 127.0.0.1 (those that send nothing
+        # wait in the front door, which reads no handshake).
+        for _ in range(STALLED_SAME_ADDRESS):
+            s = socket.create_connection(("127.0.0.1", daemon.port), timeout=5)
+            stalled.append(s)
+            s.sendall(PARTIAL_CLIENT_HELLO)
+        started = time.monotonic()
+        for res in self.wait_all(self.job(daemon.port, "same-address-flood"), JOB_S):
+            self.assert_exit(res, 0)
+        job_s = time.monotonic() - started
+        print("a 2-node TLS job behind %d stalled handshakes from its own address: %.2f s" % (STALLED_SAME_ADDRESS, job_s),
+              file=sys.stderr)
+        # A safety bound, not a speed claim: what the issue asked is that one address's stalled
+        # handshakes delay its other connections by no more than a handshake timeout; twice that
+        # leaves the slack of a loaded machine (before: 50 s).
+        self.assertLess(job_s, 2 * HANDSHAKE_TIMEOUT_S,
+                        "a 2-node TLS job behind %d stalled handshakes from its own address took %.1f s\n%s" % (
+                            STALLED_SAME_ADDRESS, job_s, daemon.stderr()))
+        self.assertIn("while other connections from its address waited their turn", daemon.stderr())
+        self.assert_alive(daemon, "after the handshake flood at the job's address")
 
     @staticmethod
     def _ended(sock, timeout):
