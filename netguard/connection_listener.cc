@@ -265,7 +265,12 @@ class ConnectionListener::Impl {
     // Counted: the open descriptors (the accepted socket among them), and the pairs that the
     // connections still waiting for their preface will get when they are handed over. (Counting
     // only what was open let a flood take the process 80 descriptors past the cap with the guard
-    // on: the pending connections' pairs came after the count.)
+    // on: the pending connections' pairs came after the count.) At most every kRecountEvery: at
+    // the cap, a scan of 20,000 entries per refused connection kept a core busy for 18 s draining
+    // a queue of 2,400 (issue #37, item 3); between scans the estimate holds.
+    const auto now = Clock::now();
+    if (now - lastCount_ < kRecountEvery) return true;
+    lastCount_ = now;
     estimate_ = openFdCount() + pending_.size() * more;
     return estimate_ + more > cap;
   }
@@ -349,7 +354,19 @@ class ConnectionListener::Impl {
           continue;
         }
       }
-      if (atCap()) {
+      // At the cap, an idle stranger makes room: the relay cuts the untrusted connection that
+      // opened no stream for longest (never one that showed the token), so that strangers'
+      // connections cannot lock a job out. Its descriptors free as it closes; the reserve
+      // (reserveFds) takes the overlap.
+      const bool full = atCap();
+      if (full && relay_ && relay_->evictIdle(kIdleBeforeEviction)) {
+        count(&ConnectionListenerStats::evictedIdle);
+        estimate_ -= std::min(estimate_, perConnection());
+        if (auto held = evictLog_.allow(now)) {
+          spdlog::warn("rendezvous: at the connection limit ({} descriptors): cut a connection idle without the job "
+                       "token to make room{}", capNow(), heldBackNote(*held));
+        }
+      } else if (full) {
         count(&ConnectionListenerStats::refusedAtCap);
         if (auto held = capLog_.allow(now)) {
           spdlog::warn("rendezvous: refusing connections: {} descriptors open, the limit is {} ({} per connection; "
@@ -568,6 +585,12 @@ class ConnectionListener::Impl {
   std::multimap<Clock::time_point, std::pair<int, uint64_t>> repeek_;
   uint64_t lastSeq_ = 0;
   EventLoop loop_{512};
+  Clock::time_point lastCount_{};  // the last scan of /proc/self/fd (atCap)
+  LogLimiter evictLog_;
+  static constexpr auto kRecountEvery = std::chrono::milliseconds(100);
+  // An untrusted connection that opened no stream for this long may be cut for a newcomer at the
+  // cap: a client of ours makes its first call as it connects.
+  static constexpr auto kIdleBeforeEviction = std::chrono::seconds(2);
   static constexpr uint64_t kListenKey = uint64_t{1} << 62;  // + the listener's index
   std::size_t baseline_ = 0;      // descriptors open before the first connection
   std::size_t estimate_ = 0;      // accept thread only

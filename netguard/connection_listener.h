@@ -72,6 +72,7 @@ struct ConnectionListenerStats {
   uint64_t open = 0;              // connections handed to gRPC and not closed yet (a gauge)
   uint64_t tlsFailed = 0;         // TLS handshakes that failed or timed out, and plaintext clients
   uint64_t handedToSide = 0;      // to the side protocol (ConnectionListenerOptions::sideProtocol)
+  uint64_t evictedIdle = 0;       // at the cap: an idle connection without the token cut for a newcomer
 };
 
 class ConnectionListener {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -80,6 +81,9 @@ struct Relayed {
   // Its handshake: waits for one of its address's slots (nothing is read meanwhile), holds one,
   // or is over.
   enum class Handshake { kNone, kQueued, kActive, kDone } handshake = Handshake::kNone;
+  // When it last opened a stream (or was added): an untrusted connection that opens none for long
+  // is the first to go when the front door needs room at its cap (evictIdle).
+  Clock::time_point lastStream{};
 };
 
 // epoll's data for a side: the connection's id and which side.
@@ -124,6 +128,7 @@ class ConnectionRelay::Impl {
                                                            Clock::now()),
                                                trusted, nullptr, gated && !trusted});
     if (!trusted && !token_.empty()) r->recognizer = std::make_unique<TokenRecognizer>(tokenKey_, token_);
+    r->lastStream = Clock::now();
     if (tls_.context) {
       try {
         r->tls = std::make_unique<TlsSession>(tls_.context->current());
@@ -157,6 +162,21 @@ class ConnectionRelay::Impl {
       trustRequests_.push_back(id);
     }
     wake();
+  }
+
+  bool evictIdle(std::chrono::milliseconds idleFor) {
+    auto request = std::make_shared<Eviction>();
+    request->idleFor = idleFor;
+    auto answer = request->done.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+      evictRequests_.push_back(request);
+    }
+    wake();
+    // The relay's thread answers within one turn of its loop; a bound all the same, so that the
+    // front door never waits on a relay that is stopping.
+    return answer.wait_for(std::chrono::seconds(2)) == std::future_status::ready && answer.get();
   }
 
   ConnectionRelayStats stats() const {
@@ -195,12 +215,18 @@ class ConnectionRelay::Impl {
   bool takeInbox() {
     std::vector<std::unique_ptr<Relayed>> added;
     std::vector<uint64_t> closing, trusting;
+    std::vector<std::shared_ptr<Eviction>> evicting;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return false;
+      if (stopping_) {
+        for (auto& e : evictRequests_) e->done.set_value(false);
+        evictRequests_.clear();
+        return false;
+      }
       added.swap(inbox_);
       closing.swap(closeRequests_);
       trusting.swap(trustRequests_);
+      evicting.swap(evictRequests_);
     }
     for (auto& r : added) {
       const uint64_t id = r->id;
@@ -216,6 +242,26 @@ class ConnectionRelay::Impl {
       if (it->second->heldStreams > 0) release(*it->second);
     }
     for (uint64_t id : closing) drop(id, false);
+    for (auto& e : evicting) e->done.set_value(evictOne(e->idleFor));
+    return true;
+  }
+
+  // The untrusted connection idle longest, if for idleFor at least: told why, and cut. A scan of
+  // the connections, made only when the front door is at its cap.
+  bool evictOne(std::chrono::milliseconds idleFor) {
+    const auto now = Clock::now();
+    Relayed* oldest = nullptr;
+    for (auto& [id, r] : conns_) {
+      if (r->trusted || now - r->lastStream < idleFor) continue;
+      if (!oldest || r->lastStream < oldest->lastStream) oldest = r.get();
+    }
+    if (!oldest) return false;
+    tellCut(*oldest, "was idle without the job token while the server was at its connection limit");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.evictedIdle;
+    }
+    drop(oldest->id, false);
     return true;
   }
 
@@ -396,6 +442,7 @@ class ConnectionRelay::Impl {
         const auto counts = r.scanner.feed(chunk, static_cast<std::size_t>(n));
         const auto now = Clock::now();
         const char* why = nullptr;
+        if (counts.newStreams > 0) r.lastStream = now;
         if (counts.newStreams > 0 && !r.streams.take(static_cast<double>(counts.newStreams), now)) {
           why = "opened streams faster than allowed";
         } else if (counts.controlFrames > 0 && !r.control.take(static_cast<double>(counts.controlFrames), now)) {
@@ -587,6 +634,11 @@ class ConnectionRelay::Impl {
   std::vector<std::unique_ptr<Relayed>> inbox_;
   std::vector<uint64_t> closeRequests_;
   std::vector<uint64_t> trustRequests_;
+  struct Eviction {
+    std::chrono::milliseconds idleFor{};
+    std::promise<bool> done;
+  };
+  std::vector<std::shared_ptr<Eviction>> evictRequests_;
   uint64_t lastId_ = 0;
   bool stopping_ = false;
   ConnectionRelayStats stats_;
@@ -603,6 +655,7 @@ ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& 
 }
 void ConnectionRelay::trust(uint64_t id) { impl_->trust(id); }
 void ConnectionRelay::close(uint64_t id) { impl_->close(id); }
+bool ConnectionRelay::evictIdle(std::chrono::milliseconds idleFor) { return impl_->evictIdle(idleFor); }
 ConnectionRelayStats ConnectionRelay::stats() const { return impl_->stats(); }
 
 }  // namespace ddprun

@@ -34,6 +34,7 @@ struct ConnectionRelayStats {
   uint64_t tlsFailed = 0;       // TLS handshakes that failed or timed out
   uint64_t tlsEstablished = 0;  // TLS handshakes that completed
   uint64_t tlsQueued = 0;       // TLS handshakes that waited for their address's turn (maxHandshakesPerAddress)
+  uint64_t evictedIdle = 0;     // untrusted idle connections cut to make room at the front door's cap (evictIdle)
 };
 
 // The job token, and the request header that carries it, for the relay to recognize an agent at
@@ -90,6 +91,11 @@ class ConnectionRelay {
   // Connection `id` made a call with a valid job token: from now on it may open callBurst streams
   // at once instead of untrustedCallBurst (from any thread; takes effect soon after).
   void trust(uint64_t id);
+  // Cuts the untrusted connection (no token shown) that has opened no stream for the longest, if
+  // that is `idleFor` at least: for the front door at its connection cap, so that strangers' idle
+  // connections cannot hold the cap against a job. Trusted connections are never cut. From any
+  // thread; waits for the relay's thread (a scan of its connections). Whether one was cut.
+  bool evictIdle(std::chrono::milliseconds idleFor);
   ConnectionRelayStats stats() const;
 
   class Impl;

@@ -58,6 +58,7 @@ class GaugeCollector final : public prometheus::Collectable {
         .add(static_cast<double>(g.connections.refusedPenalized), {{"reason", "penalized_address"}})
         .add(static_cast<double>(g.connections.relayCutForAbuse), {{"reason", "frame_flood"}})
         .add(static_cast<double>(g.connections.acceptErrors), {{"reason", "accept_error"}})
+        .add(static_cast<double>(g.connections.evictedIdle), {{"reason", "idle_at_cap"}})
         .into(&out);
     SampleFamily("ddprun_store_wire_connections_open",
                  "Workers' store connections in the store's own framing (not gRPC), open now.", MetricType::Gauge)
