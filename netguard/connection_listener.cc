@@ -344,7 +344,7 @@ class ConnectionListener::Impl {
       // closed here, before they cost anything.
       bool gated = false;
       if (penalized(address, now)) {
-        gated = options_.relay && !options_.token.empty();
+        gated = options_.relay && options_.gate && !options_.token.empty();
         if (auto held = refusedLog_.allow(now)) {
           spdlog::warn("rendezvous: {} a connection from {}: the address broke the call limits lately{}",
                        gated ? "admitted only with the job token" : "refused", address, heldBackNote(*held));
@@ -542,7 +542,7 @@ class ConnectionListener::Impl {
   void handOver(UniqueFd fd, std::string address, Clock::time_point now, bool gated) {
     uint64_t relayId = 0;
     if (relay_) {
-      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired, gated);
+      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired || !options_.gate, gated);
       if (!added.grpcSide) {
         count(&ConnectionListenerStats::acceptErrors);  // no socket pair: descriptors ran out
         return;

@@ -42,6 +42,10 @@ struct ConnectionListenerOptions {
   // The server checks a job token: a relayed connection may open only untrustedCallBurst streams
   // until admitCall sees its first call with the valid token.
   bool tokenRequired = false;
+  // Off: no connection waits to show the token, each is trusted at once (`--connection_guard=off`,
+  // docs/rendezvous.md). The relay's frame limits, and the penalty of an address that broke them,
+  // stay: without them gRPC 1.51's memory has no bound under rapid reset.
+  bool gate = true;
   // The token itself, and the request header that carries it: the relay trusts a connection whose
   // first request headers carry it, before gRPC reads them (token_recognizer.h). Empty: it waits
   // for the server's admitCall, as before.

@@ -57,10 +57,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 86400.0));
   std::string guard;
   app.add_option("--connection_guard,--connection-guard", guard,
-                 "on or off: relay connections through a frame counter that cuts floods of streams or control "
-                 "frames (HTTP/2 rapid reset) before gRPC reads them. On by default (or DDPRUN_RDZV_GUARD; auto is "
-                 "on): off only on a network where every process is trusted, as it costs two more descriptors per "
-                 "connection (docs/rendezvous.md)");
+                 "on or off. Connections always pass a frame counter that cuts floods of streams or control "
+                 "frames (HTTP/2 rapid reset) before gRPC reads them; on (the default, or DDPRUN_RDZV_GUARD; auto "
+                 "is on) also holds a connection to a small budget until it shows the job token; off trusts every "
+                 "connection at once. Either way an address that broke the limits is refused for a while "
+                 "(docs/rendezvous.md)");
   ddprun::AbuseLimits& abuse = options.abuse;
   app.add_option("--max_calls_per_second,--max-calls-per-second", abuse.callsPerSecond,
                  "New calls (streams) one connection may start per second, sustained (default 50)")

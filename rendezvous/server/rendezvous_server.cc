@@ -56,14 +56,13 @@ class RendezvousServer::Impl {
     listen.tokenRequired = !options_.token.empty();
     listen.token = options_.token;
     listen.tokenMetadataKey = kTokenMetadataKey;
-    // On unless explicitly off: a loopback daemon without a token is not safe either (a shared
-    // login node's other users reach it), and without the guard gRPC 1.51 grows without bound
-    // under rapid reset (docs/rendezvous.md, "The guard is on by default").
-    listen.relay = options_.guard != RendezvousServerOptions::Guard::kOff;
-    // TLS is terminated in the guard's relay: gRPC gets every connection as a plaintext descriptor.
-    if (options_.tls && !listen.relay) {
-      throw ConfigError("TLS needs the connection guard, which terminates it: leave --connection_guard on");
-    }
+    // Every connection is relayed: without the relay's frame limits, and the penalty of an address
+    // that broke them, gRPC 1.51 grows without bound under rapid reset, whoever sends it (a buggy
+    // client on a trusted network too). Off turns off only the gate for strangers: connections are
+    // trusted at once instead of when they show the token (docs/rendezvous.md, "The guard is on
+    // by default").
+    listen.relay = true;
+    listen.gate = options_.guard != RendezvousServerOptions::Guard::kOff;
     listen.tls = options_.tls;
     // The workers' store in its own framing, on the same port (store/wire/store_wire.h); plaintext only.
     if (!options_.tls) {
@@ -73,8 +72,8 @@ class RendezvousServer::Impl {
       };
     }
     listener_ = std::make_unique<ConnectionListener>(listen);
-    spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter)",
-                  listen.relay ? "on" : "off");
+    spdlog::debug("rendezvous: connection guard {} (relaying connections through a frame counter{})",
+                  listen.gate ? "on" : "off", listen.gate ? "" : "; every connection trusted at once");
     port_ = listener_->port();
     RendezvousServiceOptions service;
     service.token = options_.token;

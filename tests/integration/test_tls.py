@@ -177,10 +177,6 @@ class TlsTest(ml.MultiNodeTestCase):
         res = tl.Result(*self._run_rdzv(["--tls_cert", self.path("missing.pem"), "--tls_key", self.pki["server_key"]]))
         self.assertEqual(res.returncode, 2, res.describe())
         self.assertIn("cannot read it", res.stderr, res.describe())
-        res = tl.Result(*self._run_rdzv(["--tls_cert", self.pki["server"], "--tls_key", self.pki["server_key"],
-                                         "--connection_guard", "off"]))
-        self.assertEqual(res.returncode, 2, res.describe())
-        self.assertIn("TLS needs the connection guard", res.stderr, res.describe())
         for res in [tl.Result(*self._run_rdzv(["--tls_allowed_names", "x*"]))]:
             self.assertEqual(res.returncode, 2, res.describe())
 
