@@ -17,6 +17,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/client/connect_probe.h"
 #include "rendezvous/etcd/etcd_status.h"
+#include "rpc/grpc_runtime.h"
 #include "rpc/grpc_util.h"
 #include "tls/client.h"
 
@@ -115,6 +116,9 @@ int exitOf(const grpc::Status& status) {
 }  // namespace
 
 int statusCommand(const std::vector<std::string>& args) {
+  // gRPC's own error lines ("E1129 ... ssl_transport_security.cc ...") go to debug logging: the
+  // command says what failed in one line of its own.
+  prepareGrpcRuntime();
   CLI::App app{"ddprun-rdzv status: the jobs a rendezvous holds, their nodes and last failure", "ddprun-rdzv status"};
   std::string endpoint, runId, tokenFile, backend = "grpc";
   bool json = false;
@@ -188,8 +192,12 @@ int statusCommand(const std::vector<std::string>& args) {
           const TlsProbeResult probe = tls.enabled ? probeTls(endpoint, tls, std::chrono::milliseconds(2000))
                                                    : TlsProbeResult{};
           if (probe.configError) {
+            // The probe speaks the agents' --rdzv_conf; this command's flags are --tls_cert, --tls_key.
+            std::string why = probe.why;
+            if (const auto at = why.find("(give cert= and key=)"); at != std::string::npos)
+              why.replace(at, 21, "(give --tls_cert and --tls_key)");
             std::cerr << "ddprun-rdzv status: error: cannot connect to the rendezvous at " << endpoint << ": "
-                      << probe.why << "\n";
+                      << why << "\n";
             return kExitUsage;
           }
           if (!tls.enabled && whyUnreachable(endpoint, std::chrono::milliseconds(500)).find(kTlsRequiredReason) !=
