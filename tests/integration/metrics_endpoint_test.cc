@@ -331,7 +331,7 @@ TEST_CASE("metrics endpoint: a connection whose request is in is never evicted")
   CHECK(probeAnswered(endpoint.port()));
 }
 
-TEST_CASE("metrics endpoint: one address holds at most its share; a newcomer from it evicts its own oldest") {
+TEST_CASE("metrics endpoint: one address holds at most its share, and a newcomer from it evicts its own oldest") {
   MetricsEndpoint::Options options;
   options.maxConnections = 8;  // 4 per address: half
   options.requestTimeout = std::chrono::minutes(10);
