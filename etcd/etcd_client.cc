@@ -197,6 +197,12 @@ void EtcdClient::call(const char* what,
       authenticate();
       continue;
     }
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      const std::string& endpoint = members_[index]->endpoint;
+      throw NotEtcdError(endpoint, s.error_message(),
+                         std::string("etcd ") + what + ": " + endpoint + " does not serve etcd's v3 API (" +
+                             (s.error_message().empty() ? "UNIMPLEMENTED" : s.error_message()) + ")");
+    }
     if (!retryable(s)) throwEtcdError(what, s);
     markFailed(index);
     if (Clock::now() >= deadline) {

@@ -21,9 +21,24 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "etcd/rpc.grpc.pb.h"
 
 namespace ddprun {
+
+// A member answered that it does not serve etcd's v3 API (UNIMPLEMENTED): the endpoint names
+// some other gRPC server (a ddprun-rdzv, for one). A configuration error: no retry mends it.
+class NotEtcdError : public ConfigError {
+ public:
+  NotEtcdError(std::string endpoint, std::string detail, const std::string& what)
+      : ConfigError(what), endpoint_(std::move(endpoint)), detail_(std::move(detail)) {}
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& detail() const { return detail_; }  // gRPC's message ("unknown service ...")
+
+ private:
+  std::string endpoint_;
+  std::string detail_;
+};
 
 struct EtcdClientOptions {
   std::vector<std::string> endpoints;  // host:port of each member (a scheme prefix is accepted)

@@ -2,8 +2,14 @@
 // under a deadline, gets one answer written whole, and is closed (no keep-alive), so a connection
 // that sends nothing costs a socket and a timer and never holds up anyone else. Stopping is
 // io_context::stop() and a join: no polling loop to wait out.
+//
+// The bounds on open connections never shut out a probe (issue #37 item 4: 64 silent connections
+// reopened as they closed left /healthz answering 2 probes of 80): at a bound, the newcomer takes
+// the place of the oldest connection still waiting for its request, and a connection whose request
+// has arrived is never evicted, so a probe is answered ahead of every silent connection.
 #include "metrics/metrics_endpoint.h"
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,12 +23,15 @@
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <list>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "common/error.h"
@@ -65,6 +74,22 @@ http::message_generator toMessage(Reply reply, bool head) {
   if (reply.allow) header.set(http::field::allow, "GET, HEAD");
   if (head) return http::response<http::empty_body>(std::move(header));
   return http::response<http::string_body>(std::move(header), std::move(reply.body));
+}
+
+// The client's address as a key: the IP's bytes, an IPv4-mapped IPv6 address as its IPv4 one (a
+// dual-stack listener sees IPv4 clients that way).
+std::string clientKey(const sockaddr_storage& from) {
+  if (from.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(from);
+    return {reinterpret_cast<const char*>(&v4.sin_addr), sizeof(v4.sin_addr)};
+  }
+  if (from.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(from);
+    const auto* bytes = reinterpret_cast<const char*>(&v6.sin6_addr);
+    if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) return {bytes + 12, 4};
+    return {bytes, sizeof(v6.sin6_addr)};
+  }
+  return {};
 }
 
 bool transientAcceptError(int err) {
@@ -153,6 +178,10 @@ class MetricsEndpoint::Server {
   // Takes connections until the backlog is empty: Asio's epoll is edge-triggered, so a wait
   // started while connections are still queued would not complete before the next one came.
   void acceptPending();
+  // Whether a connection from `client` may be served, making room by evicting the oldest waiting
+  // connection (of `client` when it is at its own bound) where a bound is reached.
+  bool makeRoom(const std::string& client);
+  Connection* oldestWaiting(const std::string* client) const;
 
   Reply answer(std::string_view method, std::string_view path) const {
     if (path != "/metrics" && path != "/healthz" && path != "/readyz") return {http::status::not_found, "not found\n"};
@@ -165,9 +194,12 @@ class MetricsEndpoint::Server {
   }
 
   const MetricsEndpoint& endpoint_;
-  // Open connections; touched by the thread, and by ~io_context (after the join) as the
-  // connections go: declared before io_ so that it outlives them.
+  // Open connections, per client address, and those still waiting for their request (oldest
+  // first: the ones to evict); touched by the thread, and by ~io_context (after the join) as the
+  // connections go: declared before io_ so that they outlive them.
   int open_ = 0;
+  std::unordered_map<std::string, int> perClient_;
+  std::list<Connection*> waiting_;
   bool acceptFailing_ = false;
   asio::io_context io_{1};  // the hint: one thread runs it
   tcp::acceptor acceptor_{io_};
@@ -181,24 +213,99 @@ class MetricsEndpoint::Server {
 // when the last one has run.
 class MetricsEndpoint::Server::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Server& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
+  Connection(Server& server, tcp::socket socket, std::string client)
+      : server_(server), stream_(std::move(socket)), client_(std::move(client)) {
     ++server_.open_;
+    ++server_.perClient_[client_];
+    waitingAt_ = server_.waiting_.insert(server_.waiting_.end(), this);
     parser_.header_limit(kMaxHeaderBytes);
     parser_.body_limit(0);  // GET and HEAD have no body
   }
-  ~Connection() { --server_.open_; }
+  ~Connection() { release(); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
+  const std::string& client() const { return client_; }
+  // Bytes have arrived that its read has not taken yet: likely its request, about to be answered.
+  bool hasUnread() {
+    int pending = 0;
+    return ::ioctl(stream_.socket().native_handle(), FIONREAD, &pending) == 0 && pending > 0;
+  }
+
+  // Gives its place to a newcomer: it no longer counts against the bounds, and its socket closes,
+  // which ends its pending read (this object goes once that handler has run).
+  void evict() {
+    release();
+    boost::system::error_code ignored;
+    stream_.socket().close(ignored);
+    deadline_.cancel();
+  }
+
   void start() {
-    stream_.expires_after(server_.endpoint_.options_.requestTimeout);
-    http::async_read(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->onRequest(ec);
+    deadline_.expires_after(server_.endpoint_.options_.requestTimeout);
+    deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      boost::system::error_code ignored;
+      if (!ec) self->stream_.socket().close(ignored);  // no whole request in time: ends the wait
     });
+    waitForBytes();
   }
 
  private:
+  // Out of the bounds' counts, once (evicted, or gone).
+  void release() {
+    if (!counted_) return;
+    counted_ = false;
+    settle();
+    --server_.open_;
+    if (const auto it = server_.perClient_.find(client_); it != server_.perClient_.end() && --it->second <= 0)
+      server_.perClient_.erase(it);
+  }
+  // No longer waiting: its request is in (never evicted from here on), or it is going.
+  void settle() {
+    if (!waiting_) return;
+    waiting_ = false;
+    server_.waiting_.erase(waitingAt_);
+  }
+
+  // The request is read here, not by http::async_read: that one's reads take the bytes out of the
+  // socket in the reactor, before its handler runs, so an eviction in between would see neither
+  // unread bytes nor a parsed request and could evict a probe whose request is in. Waiting for
+  // readability leaves them in the socket (hasUnread) until this handler reads and parses them.
+  void waitForBytes() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->onReadable();  // else closed: by the deadline, an eviction or the server's stop
+    });
+  }
+
+  void onReadable() {
+    for (;;) {
+      beast::error_code ec;
+      const std::size_t room = buffer_.max_size() - buffer_.size();
+      if (room == 0) return onRequest(http::error::header_limit);
+      const std::size_t n = stream_.socket().read_some(buffer_.prepare(std::min<std::size_t>(room, 4096)), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) return waitForBytes();
+      if (ec == asio::error::eof) {
+        parser_.put_eof(ec);
+        return onRequest(parser_.got_some() ? (ec ? ec : beast::error_code(http::error::partial_message))
+                                            : beast::error_code(http::error::end_of_stream));
+      }
+      if (ec) return onRequest(ec);
+      buffer_.commit(n);
+      // As http::read does: the parser takes what it can; need_more asks for the next bytes.
+      while (buffer_.size() > 0 && !parser_.is_done()) {
+        const std::size_t used = parser_.put(buffer_.data(), ec);
+        buffer_.consume(used);
+        if (ec == http::error::need_more) break;
+        if (ec) return onRequest(ec);
+        if (used == 0) break;
+      }
+      if (parser_.is_done()) return onRequest({});
+    }
+  }
+
   void onRequest(beast::error_code ec) {
+    settle();
+    deadline_.cancel();
     // Timed out, went away or sent half a request: nobody to answer.
     if (ec == http::error::end_of_stream || ec == http::error::partial_message) return;
     if (ec && ec.category() != http::make_error_code(http::error::bad_method).category()) return;
@@ -234,13 +341,21 @@ class MetricsEndpoint::Server::Connection : public std::enable_shared_from_this<
 
   Server& server_;
   beast::tcp_stream stream_;
+  const std::string client_;
+  std::list<Connection*>::iterator waitingAt_;
+  bool waiting_ = true;
+  bool counted_ = true;
   beast::flat_buffer buffer_{2 * kMaxHeaderBytes};
+  asio::steady_timer deadline_{stream_.get_executor()};  // for the request; the answer's is stream_'s
   http::request_parser<http::empty_body> parser_;
 };
 
 void MetricsEndpoint::Server::acceptPending() {
   for (int i = 0; i < kAcceptBatch; ++i) {
-    const int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage from{};
+    socklen_t fromLength = sizeof(from);
+    const int fd = ::accept4(acceptor_.native_handle(), reinterpret_cast<sockaddr*>(&from), &fromLength,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return waitForConnection();
     if (fd < 0 && transientAcceptError(errno)) continue;
     if (fd < 0) {
@@ -253,19 +368,48 @@ void MetricsEndpoint::Server::acceptPending() {
       return;
     }
     acceptFailing_ = false;
-    if (open_ >= endpoint_.options_.maxConnections) {
-      ::close(fd);  // over the bound: closed at once, costs nothing
+    std::string client = clientKey(from);
+    if (!makeRoom(client)) {
+      ::close(fd);  // every place is taken by a connection being answered: closed at once
       continue;
     }
     tcp::socket socket(io_);
     boost::system::error_code ec;
-    if (socket.assign(protocol_, fd, ec)) {
-      ::close(fd);
+    if (socket.assign(protocol_, fd, ec) || socket.non_blocking(true, ec)) {  // read_some must not block
+      if (socket.is_open()) socket.close(ec);
+      else ::close(fd);
       continue;
     }
-    std::make_shared<Connection>(*this, std::move(socket))->start();
+    std::make_shared<Connection>(*this, std::move(socket), std::move(client))->start();
   }
   asio::post(io_, [this] { acceptPending(); });
+}
+
+bool MetricsEndpoint::Server::makeRoom(const std::string& client) {
+  const auto& options = endpoint_.options_;
+  const int perClientBound = options.maxConnectionsPerAddress > 0 ? options.maxConnectionsPerAddress
+                                                                  : std::max(1, options.maxConnections / 2);
+  const auto it = perClient_.find(client);
+  if (it != perClient_.end() && it->second >= perClientBound) {
+    // The address's own oldest: one address never evicts another's connections.
+    Connection* victim = oldestWaiting(&client);
+    if (!victim) return false;
+    victim->evict();
+  }
+  if (open_ >= options.maxConnections) {
+    Connection* victim = oldestWaiting(nullptr);
+    if (!victim) return false;
+    victim->evict();
+  }
+  return true;
+}
+
+MetricsEndpoint::Server::Connection* MetricsEndpoint::Server::oldestWaiting(const std::string* client) const {
+  // One whose request bytes are in but not yet parsed (a probe accepted in the same batch as a
+  // flood) is passed over: it is not idle.
+  for (Connection* connection : waiting_)
+    if ((!client || connection->client() == *client) && !connection->hasUnread()) return connection;
+  return nullptr;
 }
 
 MetricsEndpoint::MetricsEndpoint(Options options, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
@@ -278,8 +422,8 @@ MetricsEndpoint::MetricsEndpoint(Options options, std::vector<std::weak_ptr<prom
   };
   if (host.empty()) throw fail("empty bind address");
   if (options_.port < 0 || options_.port > 65535) throw fail("port out of range");
-  if (options_.maxConnections < 1 || options_.requestTimeout.count() < 1)
-    throw fail("the connection bound and the request timeout must be positive");
+  if (options_.maxConnections < 1 || options_.maxConnectionsPerAddress < 0 || options_.requestTimeout.count() < 1)
+    throw fail("the connection bounds and the request timeout must be positive");
   try {
     server_ = std::make_unique<Server>(*this, host, options_.port);
   } catch (const boost::system::system_error& e) {

@@ -24,11 +24,19 @@ class MetricsEndpoint {
     // name (its first address that can be bound).
     std::string bindAddress = "127.0.0.1";
     int port = 0;  // 0: an ephemeral port, see port()
-    // Connections open at once, idle ones included; one accepted beyond this is closed at once.
-    // Requests are served one at a time on the endpoint's one thread (a scrape takes
-    // milliseconds), and a connection that waits for its request costs only its socket, so idle
-    // connections never delay another request; this bound only caps what they can hold.
+    // Connections open at once, idle ones included. Requests are served one at a time on the
+    // endpoint's one thread (a scrape takes milliseconds), and a connection that waits for its
+    // request costs only its socket, so idle connections never delay another request. At the
+    // bound a new connection takes the place of the oldest one that has not yet sent a whole
+    // request (a probe sends its request at once, so connections that send nothing cannot keep
+    // it out); only when every open connection is being answered is it closed at once.
     int maxConnections = 64;
+    // Connections from one client address (the exact IP; IPv4-mapped IPv6 as IPv4), so that one
+    // address cannot hold the whole bound. 0: half of maxConnections (at least 1). At this bound
+    // a new connection from the address takes the place of that address's own oldest waiting
+    // connection: kubelet probes come from the node's address, which whatever else runs on the
+    // node (or on loopback, every local process) shares, so the newcomer must win there too.
+    int maxConnectionsPerAddress = 0;
     // To receive a whole request, and to send the answer.
     std::chrono::milliseconds requestTimeout{5000};
   };

@@ -3,8 +3,10 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <ctime>
 #include <fstream>
 
 #include "common/error.h"
@@ -51,6 +53,28 @@ int selectH2(SSL*, const unsigned char** out, unsigned char* outLen, const unsig
   return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
+std::string utcText(const ASN1_TIME* t) {
+  std::tm tm{};
+  if (!t || ASN1_TIME_to_tm(t, &tm) != 1) return "an unreadable date";
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// Loaded all the same (a clock may be wrong, the operator may be replacing it), but said at once:
+// every client would refuse the handshake, each saying only that the certificate has expired.
+void warnIfOutOfDate(X509* cert, const std::string& path) {
+  if (!cert) return;
+  if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+    spdlog::warn("TLS certificate '{}' expired on {}: every client will refuse it; renew it (SIGHUP reloads the files)",
+                 path, utcText(X509_get0_notAfter(cert)));
+  } else if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+    spdlog::warn("TLS certificate '{}' is not valid before {}: clients will refuse it until then (or check this "
+                 "host's clock)",
+                 path, utcText(X509_get0_notBefore(cert)));
+  }
+}
+
 void requireReadable(const std::string& path, const char* what) {
   if (path.empty()) throw ConfigError(std::string(what) + ": no file given");
   std::ifstream f(path);
@@ -85,6 +109,7 @@ std::shared_ptr<SSL_CTX> makeContext(const TlsServerOptions& o) {
     throw ConfigError("TLS key '" + o.keyFile + "' is not the key of the certificate '" + o.certFile + "': " +
                       takeOpenSslErrors());
   }
+  warnIfOutOfDate(SSL_CTX_get0_certificate(c), o.certFile);
   SSL_CTX_set_alpn_select_cb(c, selectH2, nullptr);
   if (!o.clientCaFile.empty()) {
     requireReadable(o.clientCaFile, "TLS client CA");

@@ -16,6 +16,7 @@
 #include "common/exit_codes.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/client/connect_probe.h"
+#include "rendezvous/client/server_kind.h"
 #include "rendezvous/wire/agent_proto.h"
 #include "rendezvous/wire/notice_proto.h"
 #include "rpc/grpc_runtime.h"
@@ -26,7 +27,8 @@ namespace ddprun {
 namespace {
 
 namespace pb = ddprun::v1;
-std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o) {
+std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxRendezvousMessageBytes);
   args.SetMaxSendMessageSize(kMaxRendezvousMessageBytes);
@@ -40,7 +42,7 @@ std::shared_ptr<grpc::Channel> makeChannel(const GrpcRendezvousOptions& o) {
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(o.endpoint, channelCredentials(o.tls), args);
+  return grpc::CreateCustomChannel(o.endpoint, std::move(credentials), args);
 }
 
 }  // namespace
@@ -52,7 +54,12 @@ class GrpcRendezvous final : public Rendezvous {
   GrpcRendezvous(GrpcRendezvousOptions options, ClientCore::Post post)
       : options_(std::move(options)),
         core_(std::move(post), options_.rules.heartbeatTimeout),
-        timing_(core_.timing()) {}
+        timing_(core_.timing()) {
+    // Here, on the caller's thread, so that an unreadable cacert, cert or key is a ConfigError
+    // the launcher reports (exit 2), not an exception escaping the reader thread (an abort).
+    prepareGrpcRuntime();
+    credentials_ = channelCredentials(options_.tls);
+  }
 
   ~GrpcRendezvous() override {
     {
@@ -120,12 +127,13 @@ class GrpcRendezvous final : public Rendezvous {
   enum class SessionEnd { kOver, kLost };
 
   void run() {
-    prepareGrpcRuntime();
-    auto channel = makeChannel(options_);
+    auto channel = makeChannel(options_, credentials_);
     if (!waitConnected(*channel, SteadyClock::now() + options_.connectTimeout)) {
       if (!stopped()) {
+        // With what the last probe found (a silent port, one that closes at once...), if anything.
         core_.fail("cannot reach the rendezvous at " + options_.endpoint + " within " +
-             std::to_string(options_.connectTimeout.count() / 1000) + "s");
+                   std::to_string(options_.connectTimeout.count() / 1000) + "s" +
+                   (lastUnreachable_.empty() ? "" : ": " + lastUnreachable_));
       }
       return;
     }
@@ -211,12 +219,13 @@ class GrpcRendezvous final : public Rendezvous {
       if (r.connected) return "";
       return r.why.empty() ? whyUnreachable(options_.endpoint, std::chrono::milliseconds(500)) : r.why;
     }
-    const std::string why = whyUnreachable(options_.endpoint, std::chrono::milliseconds(500));
-    if (why.find(kTlsRequiredReason) != std::string::npos) {
+    const Unreachable found = probeConnection(options_.endpoint, std::chrono::milliseconds(500));
+    if (found.why.find(kTlsRequiredReason) != std::string::npos) {
       *fatal = true;
       return std::string(kTlsRequiredReason) + ": give this node --rdzv_conf protocol=https,cacert=CA.pem";
     }
-    return why;
+    *fatal = found.foreign;  // an HTTP/1.x server there: not the rendezvous, whatever the retries
+    return found.why;
   }
 
   // One Session stream: Join, then server pushes until it ends. `why` says why it ended.
@@ -253,6 +262,15 @@ class GrpcRendezvous final : public Rendezvous {
       core_.fail("the rendezvous at " + options_.endpoint + " refused the job token (UNAUTHENTICATED): give this node "
            "the job's token (--rdzv_conf token_file=PATH or DDPRUN_RDZV_TOKEN)", kExitUsage);
       return SessionEnd::kOver;
+    }
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // "unknown service ddprun.v1.Rendezvous": a gRPC server, but not ours (an etcd, most
+      // likely). Joining again cannot help; said at once, with what it is when that can be told.
+      const ServerKind kind = identifyServer(options_.endpoint, options_.tls, std::chrono::milliseconds(2000));
+      if (kind != ServerKind::kDdprun) {
+        core_.fail(notADdprunRendezvous(options_.endpoint, kind, status.error_message()), kExitUsage);
+        return SessionEnd::kOver;
+      }
     }
     *why = duplicateNode_ ? "the server still holds this node's previous session"
            : evicted_     ? evictedWhy_
@@ -424,6 +442,7 @@ class GrpcRendezvous final : public Rendezvous {
   static constexpr size_t kMaxUnanswered = 64;
 
   GrpcRendezvousOptions options_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   ClientCore core_;
   const FenceTiming timing_;
   // Fencing state: written by the reader and heartbeat threads, read by the agent's loop too.

@@ -13,6 +13,7 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "etcd/etcd_watch.h"
 #include "rendezvous/client/client_core.h"
+#include "rendezvous/client/server_kind.h"
 #include "rendezvous/etcd/etcd_driver.h"
 #include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/wire/agent_proto.h"
@@ -73,6 +74,12 @@ class EtcdRendezvous final : public Rendezvous {
     joiner_ = std::thread([this] {
       try {
         joinEtcd();
+      } catch (const NotEtcdError& e) {
+        // Not "etcd get:" with gRPC's empty reason: what answers there instead, when it can be told.
+        TlsClientOptions tls{options_.client.tls, options_.client.caCertFile, options_.client.certFile,
+                             options_.client.keyFile};
+        fail(notAnEtcd(e.endpoint(), identifyServer(e.endpoint(), tls, std::chrono::milliseconds(2000)), e.detail()),
+             kExitUsage);
       } catch (const ConfigError& e) {
         fail(std::string("etcd refused this node's configuration: ") + e.what(), kExitUsage);
       } catch (const Error& e) {

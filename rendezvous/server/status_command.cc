@@ -17,6 +17,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/client/connect_probe.h"
 #include "rendezvous/etcd/etcd_status.h"
+#include "rpc/grpc_runtime.h"
 #include "rpc/grpc_util.h"
 #include "tls/client.h"
 
@@ -102,6 +103,13 @@ void printTable(const pb::StatusReply& reply) {
   }
 }
 
+// Whether the server at `endpoint` takes a connection and answers as an HTTP/2 server (over TLS
+// when `tls` says so): then a call that failed UNAVAILABLE was closed at its request.
+bool closedAtTheRequest(const std::string& endpoint, const TlsClientOptions& tls) {
+  if (tls.enabled) return probeTls(endpoint, tls, std::chrono::milliseconds(1000)).connected;
+  return probeConnection(endpoint, std::chrono::milliseconds(500)).why.empty();
+}
+
 int exitOf(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::NOT_FOUND: return 1;
@@ -115,6 +123,9 @@ int exitOf(const grpc::Status& status) {
 }  // namespace
 
 int statusCommand(const std::vector<std::string>& args) {
+  // gRPC's own error lines ("E1129 ... ssl_transport_security.cc ...") go to debug logging: the
+  // command says what failed in one line of its own.
+  prepareGrpcRuntime();
   CLI::App app{"ddprun-rdzv status: the jobs a rendezvous holds, their nodes and last failure", "ddprun-rdzv status"};
   std::string endpoint, runId, tokenFile, backend = "grpc";
   bool json = false;
@@ -173,14 +184,32 @@ int statusCommand(const std::vector<std::string>& args) {
       }
     } else if (backend == "grpc" || backend == "c10d" || backend == "static") {
       tls.enabled = !tls.caCertFile.empty() || !tls.certFile.empty();
-      auto stub = pb::Rendezvous::NewStub(makeChannel(endpoint, std::chrono::milliseconds(0), tls));
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + timeout);
-      if (!token.empty()) context.AddMetadata(kTokenMetadataKey, token);
       pb::StatusRequest request;
       request.set_run_id(runId);
       request.set_max_nodes(maxNodes);
-      grpc::Status status = stub->Status(&context, request, &reply);
+      const auto call = [&] {  // on a channel of its own: a retry must not reuse a closed connection
+        auto stub = pb::Rendezvous::NewStub(makeChannel(endpoint, std::chrono::milliseconds(0), tls));
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + timeout);
+        if (!token.empty()) context.AddMetadata(kTokenMetadataKey, token);
+        return stub->Status(&context, request, &reply);
+      };
+      grpc::Status status = call();
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && closedAtTheRequest(endpoint, tls)) {
+        // The server answers a connection, yet closed the one that carried this call. From an
+        // address its guard penalized lately, a request without the job's token is closed before
+        // gRPC sees it (no "invalid job token" can be sent back); the guard is not ours to change
+        // here, so the command tells it by trying once more.
+        status = call();
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE && closedAtTheRequest(endpoint, tls)) {
+          std::cerr << "ddprun-rdzv status: error: " << (token.empty() ? "no job token" : "invalid job token")
+                    << ": the rendezvous at " << endpoint
+                    << " closed the connection at this request, as its guard does to a request without the job's "
+                       "token from an address that broke its call limits lately; "
+                    << (token.empty() ? "give" : "check") << " --token_file or DDPRUN_RDZV_TOKEN\n";
+          return kExitUsage;
+        }
+      }
       if (!status.ok()) {
         std::string what = status.error_message();
         if (status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -188,8 +217,12 @@ int statusCommand(const std::vector<std::string>& args) {
           const TlsProbeResult probe = tls.enabled ? probeTls(endpoint, tls, std::chrono::milliseconds(2000))
                                                    : TlsProbeResult{};
           if (probe.configError) {
+            // The probe speaks the agents' --rdzv_conf; this command's flags are --tls_cert, --tls_key.
+            std::string why = probe.why;
+            if (const auto at = why.find("(give cert= and key=)"); at != std::string::npos)
+              why.replace(at, 21, "(give --tls_cert and --tls_key)");
             std::cerr << "ddprun-rdzv status: error: cannot connect to the rendezvous at " << endpoint << ": "
-                      << probe.why << "\n";
+                      << why << "\n";
             return kExitUsage;
           }
           if (!tls.enabled && whyUnreachable(endpoint, std::chrono::milliseconds(500)).find(kTlsRequiredReason) !=

@@ -1,9 +1,18 @@
 """Bad command lines: exactly one line on stderr naming the problem, exit status 2, nothing
 started. Plus --help and --dry_run, which start nothing either. (How fast a bad command line is
-rejected is a speed question for bench/, not a pass criterion.)"""
+rejected is a speed question for bench/, not a pass criterion.)
+
+WrongServerTest: an endpoint that names the wrong kind of server (an etcd for the gRPC backend, a
+ddprun-rdzv for the etcd backend, an HTTP/1.1 server, a port that accepts and stays silent) says
+what answers there, with exit 2 where the user must change the endpoint (issue #37 item 7)."""
 
 import os
+import socket
+import threading
+import time
 
+import multinode_lib as ml
+from etcd_cluster import EtcdCluster, etcd_available
 from ddprun_testlib import DdprunTestCase, main
 
 
@@ -108,6 +117,122 @@ class BadInputTest(DdprunTestCase):
         self.assert_exit(res, 0)
         self.assertIn("--nproc_per_node", res.stdout + res.stderr)
         self.assertEqual(self.started(), [])
+
+    def test_an_unreadable_tls_file_of_a_joining_agent(self):
+        # It used to abort: "terminate called after throwing an instance of 'ddprun::ConfigError'", 134.
+        missing = self.path("nonexistent.pem")
+        base = ["--nnodes=1", "--rdzv_backend=grpc", "--rdzv_endpoint=127.0.0.1:1", "--rdzv_id=x",
+                "--nproc_per_node=1"]
+        for conf in ("cacert=%s" % missing, "cert=%s,key=%s" % (missing, missing)):
+            with self.subTest(conf=conf):
+                self.check_rejected(base + ["--rdzv_conf=is_host=0,protocol=https," + conf, self.prog],
+                                    [missing, "cannot read"])
+
+
+class _Listener:
+    """A loopback port whose every connection gets `answer` (None: nothing, held open) after the
+    first bytes arrive; closed, with its connections, at the test's end."""
+
+    def __init__(self, test, answer):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.answer = answer
+        self.held = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        test.addCleanup(self.close)
+
+    def _serve(self):
+        while not self.stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            if self.answer is not None:
+                try:
+                    conn.settimeout(2)
+                    conn.recv(4096)
+                    conn.sendall(self.answer)
+                    conn.close()
+                except OSError:
+                    pass
+
+    def close(self):
+        self.stopping = True
+        self.sock.close()
+        for c in self.held:
+            c.close()
+        self.thread.join(5)
+
+
+class WrongServerTest(DdprunTestCase):
+    """The endpoint names a server, but not the rendezvous the backend speaks."""
+
+    def setUp(self):
+        super().setUp()
+        self.prog = self.script("would_start.sh", 'touch "%s/started_$LOCAL_RANK"\nsleep 30\n' % self.tmp)
+
+    def agent(self, backend, endpoint, join_timeout=20):
+        return self.start(["--nnodes=1", "--rdzv_backend=" + backend, "--rdzv_endpoint=" + endpoint,
+                           "--rdzv_id=wrong", "--nproc_per_node=1",
+                           "--rdzv_conf=join_timeout=%d" % join_timeout, self.prog])
+
+    def check_said_at_once(self, job, must_name, within_s):
+        """Exit 2, one line naming each of must_name, well before the join timeout, nothing started."""
+        res = job.wait(why="a wrong server must be told at once")
+        self.assert_exit(res, 2)
+        lines = res.stderr.splitlines()
+        self.assertEqual(len(lines), 1, "expected exactly one line on stderr\n" + res.describe())
+        for needle in must_name:
+            self.assertIn(needle, lines[0], "the error does not name %r\n%s" % (needle, res.describe()))
+        self.assert_no_crash_text(lines[0], res)
+        self.assertLess(res.elapsed, within_s, "not said at once\n" + res.describe())
+        self.assertEqual([f for f in os.listdir(self.tmp) if f.startswith("started_")], [])
+        self.assert_no_survivors(job, res, grace=0.5)
+
+    def test_the_etcd_backend_at_a_ddprun_rdzv(self):
+        # It used to say "etcd get:" with an empty reason, exit 200.
+        daemon = ml.Daemon(self, ml.free_port())
+        job = self.agent("etcd", "127.0.0.1:%d" % daemon.port)
+        self.check_said_at_once(job, ["127.0.0.1:%d" % daemon.port, "not an etcd", "ddprun rendezvous",
+                                      "--rdzv_backend=grpc"], within_s=15)
+
+    def test_the_grpc_backend_at_an_etcd(self):
+        # It used to say "lost the rendezvous (unknown service ...); joining again", exit 200 after 10 s.
+        reason = etcd_available()
+        if reason:
+            self.skipTest(reason)
+        cluster = EtcdCluster(size=1)
+        cluster.start()
+        self.addCleanup(cluster.close)
+        job = self.agent("grpc", cluster.endpoints[0])
+        self.check_said_at_once(job, [cluster.endpoints[0], "not a ddprun rendezvous", "etcd",
+                                      "--rdzv_backend=etcd"], within_s=8)
+
+    def test_the_grpc_backend_at_an_http1_server(self):
+        # It used to wait out the join timeout and say only "cannot reach ... within 20s", exit 200.
+        server = _Listener(self, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        job = self.agent("grpc", "127.0.0.1:%d" % server.port)
+        self.check_said_at_once(job, ["127.0.0.1:%d" % server.port, "HTTP/1.1", "not gRPC", "--rdzv_endpoint"],
+                                within_s=15)
+
+    def test_the_grpc_backend_at_a_silent_port(self):
+        # Something accepts and never answers: perhaps a stuck rendezvous, so it is retried until
+        # the join timeout (exit 200, infrastructure), but the last line says what was found there.
+        server = _Listener(self, None)
+        job = self.agent("grpc", "127.0.0.1:%d" % server.port, join_timeout=5)
+        res = job.wait(why="the join timeout is 5 s")
+        self.assert_exit(res, 200)
+        last = res.stderr.strip().splitlines()[-1]
+        for needle in ("cannot reach the rendezvous at 127.0.0.1:%d within 5s" % server.port,
+                       "accepts connections but answers nothing", "--rdzv_endpoint"):
+            self.assertIn(needle, last, "the error does not name %r\n%s" % (needle, res.describe()))
+        self.assert_no_crash_text(res.stderr, res)
+        self.assert_no_survivors(job, res, grace=0.5)
 
 
 if __name__ == "__main__":

@@ -186,6 +186,28 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
         out, daemon = self.run_attack_case("rapid_reset", extra=["--connection_guard", "on"], token=False)
         self.assertIn("opened streams faster than allowed", daemon.stderr())
 
+    def test_status_from_a_penalized_address_with_a_wrong_token(self):
+        # Issue #37: "cannot reach ...: Socket closed", exit 200. From a penalized address the guard
+        # closes a request without the token before gRPC could answer "invalid job token".
+        daemon = self.start_daemon()
+        wrong = self.write_file("wrong_token", "not-the-token\n")
+        os.chmod(wrong, 0o600)
+        attacker = self.attack(daemon.port, "rapid_reset", seconds=8, connections=2, where=())
+        self.addCleanup(lambda: attacker.poll() is None and attacker.kill())
+        deadline = time.monotonic() + 10
+        while "admitted only with the job token" not in daemon.stderr():
+            self.assertLess(time.monotonic(), deadline, "the address was not penalized\n" + daemon.stderr())
+            time.sleep(0.05)
+        res = subprocess.run([ml.RDZV, "status", "--rdzv_endpoint", "127.0.0.1:%d" % daemon.port, "--token_file",
+                              wrong, "--timeout", "5"], capture_output=True, text=True, timeout=30, env=ml.clean_env())
+        attacker.kill()
+        attacker.communicate(timeout=30)
+        self.assertEqual(res.returncode, 2, res.stdout + res.stderr)
+        lines = res.stderr.splitlines()
+        self.assertEqual(len(lines), 1, res.stderr)
+        self.assertIn("invalid job token", lines[0])
+        self.assertIn("--token_file", lines[0])
+
 
 if __name__ == "__main__":
     main()

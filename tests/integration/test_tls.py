@@ -247,6 +247,25 @@ class TlsTest(ml.MultiNodeTestCase):
         self.assertEqual(nocert.returncode, 2, nocert.stdout + nocert.stderr)
         self.assertIn("requires a client certificate", nocert.stderr)
 
+    def test_status_without_a_client_certificate_and_an_expired_certificate_at_start(self):
+        # Issue #37: status printed gRPC's own "E1129 ... ssl_transport_security.cc" lines before its
+        # own, and a daemon started with an expired certificate said nothing.
+        daemon = self.daemon(client_ca="ca")
+        nocert = subprocess.run([ml.RDZV, "status", "--rdzv_endpoint", "127.0.0.1:%d" % daemon.port, "--token_file",
+                                 self.token_file, "--timeout", "5", "--tls_ca", self.pki["ca"]],
+                                capture_output=True, text=True, timeout=30, env=ml.clean_env())
+        self.assertEqual(nocert.returncode, 2, nocert.stdout + nocert.stderr)
+        lines = nocert.stderr.splitlines()
+        self.assertEqual(len(lines), 1, "expected one line:\n" + nocert.stderr)
+        self.assertIn("requires a client certificate (give --tls_cert and --tls_key)", lines[0])
+        expired = self.daemon(cert="server_expired")
+        said = [l for l in expired.stderr().splitlines() if "expired" in l]
+        self.assertEqual(len(said), 1, "expected one warning at start:\n" + expired.stderr())
+        self.assertIn(self.pki["server_expired"], said[0])
+        self.assertRegex(said[0], r"expired on \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+        fresh = self.daemon()
+        self.assertNotIn("TLS certificate", fresh.stderr())
+
     # --- rotation ----------------------------------------------------------------------------
     def test_sighup_rotates_the_certificate_and_open_sessions_go_on(self):
         cert, key = self.path("server.pem"), self.path("server.key")
