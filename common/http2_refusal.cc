@@ -34,11 +34,11 @@ std::string http2ClientPreface() {
   return out;
 }
 
-std::string http2GoAway(std::string_view reason) {
+std::string http2GoAway(std::string_view reason, uint32_t lastStream) {
   reason = reason.substr(0, kMaxReasonBytes);
   std::string out;
   frameHeader(out, 8 + reason.size(), kGoaway);
-  u32(out, 0);  // last stream id: nothing was processed
+  u32(out, lastStream & 0x7fffffffu);  // the reserved bit stays clear
   u32(out, kEnhanceYourCalm);
   out.append(reason);
   return out;

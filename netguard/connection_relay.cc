@@ -591,7 +591,10 @@ class ConnectionRelay::Impl {
   void tellCut(Relayed& r, const char* why) {
     if (r.clientWriteShut || !r.serverFrames.atFrameBoundary()) return;
     if (r.tls && !r.tls->established()) return;
-    const std::string goAway = http2GoAway(std::string("ddprun-rdzv closed the connection: it ") + why);
+    // Its last stream: every stream the client opened may have reached gRPC (the chunk that broke
+    // the limits did not, but claiming it is the safe side: the client does not send it again).
+    const std::string goAway =
+        http2GoAway(std::string("ddprun-rdzv closed the connection: it ") + why, r.scanner.highestStream());
     r.toClient.bytes.insert(r.toClient.bytes.end(), goAway.begin(), goAway.end());
     bool progress = false;
     sendTo(r, true, &progress);

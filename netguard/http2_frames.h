@@ -26,6 +26,8 @@ class Http2FrameScanner {
   Counts feed(const char* data, std::size_t size);
   // Whether everything fed so far ends on a frame boundary (a frame may be written next).
   bool atFrameBoundary() const { return walker_.atFrameBoundary(); }
+  // The highest stream a HEADERS frame opened so far (0: none).
+  uint32_t highestStream() const { return highestStream_; }
 
  private:
   Http2FrameWalker walker_;

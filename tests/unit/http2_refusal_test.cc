@@ -44,3 +44,12 @@ TEST_CASE("http2 frames: a server's bytes end on a frame boundary only between f
   client.feed(preface.data(), preface.size());
   CHECK(client.atFrameBoundary());
 }
+
+TEST_CASE("http2 refusal: a GOAWAY names the last stream the server may have processed", "[http2]") {
+  const std::string fresh = ddprun::http2GoAway("why");
+  // 9-byte frame header, then the last stream id (4 bytes, big-endian).
+  CHECK(fresh.substr(9, 4) == std::string("\0\0\0\0", 4));
+  const std::string cut = ddprun::http2GoAway("why", 0x80000007u);
+  CHECK(cut.substr(9, 4) == std::string("\0\0\0\x07", 4));  // the reserved bit cleared
+  CHECK(ddprun::goAwayReason(cut) == std::optional<std::string>("why"));
+}
