@@ -207,7 +207,7 @@ class ConnectionListener::Impl {
     }
     if (then == Then::kTrust) relay_->trust(relayId);
     if (then == Then::kCut) {
-      if (relayId != 0) relay_->close(relayId);
+      if (relayId != 0) relay_->close(relayId, "made " + why);
       penalize(address, "it made " + why);
     }
     return admitted;

@@ -84,6 +84,13 @@ struct Relayed {
   // When it last opened a stream (or was added): an untrusted connection that opens none for long
   // is the first to go when the front door needs room at its cap (evictIdle).
   Clock::time_point lastStream{};
+  // Being closed with a reason (close(id, why)): nothing more of the client reaches gRPC, what
+  // gRPC writes still reaches the client until the grace ends; then a GOAWAY saying why.
+  bool draining = false;
+  std::string drainWhy{};
+  // The highest stream of what was passed to gRPC: the GOAWAY of a cut names it, so that the
+  // client sends again, on a new connection, only what gRPC never saw.
+  uint32_t forwardedStream = 0;
 };
 
 // epoll's data for a side: the connection's id and which side.
@@ -148,10 +155,10 @@ class ConnectionRelay::Impl {
     return {std::move(grpcSide), id};
   }
 
-  void close(uint64_t id) {
+  void close(uint64_t id, std::string why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      closeRequests_.push_back(id);
+      closeRequests_.emplace_back(id, std::move(why));
     }
     wake();
   }
@@ -191,6 +198,7 @@ class ConnectionRelay::Impl {
     while (true) {
       auto until = Clock::time_point::max();
       if (!timers_.empty()) until = timers_.begin()->first;
+      if (!drains_.empty()) until = std::min(until, drains_.begin()->first);
       until = std::min(until, handshakes_.nextCheck());
       if (!again_.empty() || !promoted_.empty()) until = Clock::now();
       // Nothing to do but what its descriptors bring: no wake-up without a cause.
@@ -207,6 +215,7 @@ class ConnectionRelay::Impl {
       readAgain();
       releaseDue();
       expireHandshakes();
+      endDrains();
     }
     conns_.clear();  // closes every descriptor
   }
@@ -214,7 +223,8 @@ class ConnectionRelay::Impl {
   // New connections and close requests from other threads; false once stopping.
   bool takeInbox() {
     std::vector<std::unique_ptr<Relayed>> added;
-    std::vector<uint64_t> closing, trusting;
+    std::vector<std::pair<uint64_t, std::string>> closing;
+    std::vector<uint64_t> trusting;
     std::vector<std::shared_ptr<Eviction>> evicting;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -241,9 +251,40 @@ class ConnectionRelay::Impl {
       makeTrusted(*it->second);
       if (it->second->heldStreams > 0) release(*it->second);
     }
-    for (uint64_t id : closing) drop(id, false);
+    for (auto& [id, why] : closing) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      if (why.empty()) {
+        drop(id, false);
+        continue;
+      }
+      // The answer gRPC is writing for the call that broke the limits (RESOURCE_EXHAUSTED, and
+      // why) reaches the client first: cut at once, it heard only "Socket closed".
+      drain(*it->second, std::move(why));
+    }
     for (auto& e : evicting) e->done.set_value(evictOne(e->idleFor));
     return true;
+  }
+
+  void drain(Relayed& r, std::string why) {
+    if (r.draining) return;
+    r.draining = true;
+    r.drainWhy = std::move(why);
+    drains_.emplace(Clock::now() + kDrainGrace, r.id);
+    update(r);
+  }
+
+  // Connections whose grace after close(id, why) ended: told why, and cut.
+  void endDrains() {
+    const auto now = Clock::now();
+    while (!drains_.empty() && drains_.begin()->first <= now) {
+      const uint64_t id = drains_.begin()->second;
+      drains_.erase(drains_.begin());
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      tellCut(*it->second, it->second->drainWhy.c_str());
+      drop(id, false);
+    }
   }
 
   // The untrusted connection idle longest, if for idleFor at least: told why, and cut. A scan of
@@ -266,7 +307,7 @@ class ConnectionRelay::Impl {
   }
 
   // What the client sent waits: for the shared budget, or for the token of a gated connection.
-  static bool waits(const Relayed& r) { return r.heldStreams > 0 || (r.gated && !r.trusted); }
+  static bool waits(const Relayed& r) { return r.heldStreams > 0 || (r.gated && !r.trusted) || r.draining; }
 
   void makeTrusted(Relayed& r) {
     if (r.trusted) return;
@@ -439,6 +480,7 @@ class ConnectionRelay::Impl {
         return true;
       }
       if (fromClient) {
+        const uint32_t forwardedBefore = r.scanner.highestStream();
         const auto counts = r.scanner.feed(chunk, static_cast<std::size_t>(n));
         const auto now = Clock::now();
         const char* why = nullptr;
@@ -449,9 +491,11 @@ class ConnectionRelay::Impl {
           why = "sent control frames (PING, SETTINGS, RST_STREAM...) faster than allowed";
         }
         if (why) {
+          r.forwardedStream = forwardedBefore;  // this chunk is not passed on
           *abuse = why;
           return true;
         }
+        r.forwardedStream = r.scanner.highestStream();
         if (r.recognizer) {
           // The job token in this chunk's request headers: trusted before its streams are counted
           // against the strangers' budget. A connection that gave up looking waits as before.
@@ -557,7 +601,7 @@ class ConnectionRelay::Impl {
     const bool held = r.heldStreams > 0;
     const bool queued = r.handshake == Relayed::Handshake::kQueued;
     setInterest(r, r.client, false,
-                (!r.client.readClosed && r.toServer.room() > 0 && !held && !queued ? EPOLLIN : 0u) |
+                (!r.client.readClosed && r.toServer.room() > 0 && !held && !queued && !r.draining ? EPOLLIN : 0u) |
                     (held || queued ? EPOLLRDHUP : 0u) | (clientWritable(r) ? EPOLLOUT : 0u));
     if (r.tls && r.tls->mayHaveMore() && !r.client.readClosed && r.toServer.room() > 0 && !waits(r)) {
       again_.push_back(r.id);
@@ -580,8 +624,21 @@ class ConnectionRelay::Impl {
   void cutForAbuse(uint64_t id, const char* why) {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
-    tellCut(*it->second, why);
-    if (onAbuse_) onAbuse_(it->second->address, why);  // before the close, as in tlsFailed
+    Relayed& r = *it->second;
+    if (onAbuse_) onAbuse_(r.address, why);  // before the close, as in tlsFailed
+    if (r.trusted) {
+      // It showed the token (or none is asked): a client of the job that went too fast, not an
+      // attacker. The answers of the calls gRPC got still reach it, then the GOAWAY names the
+      // limit and the last stream gRPC saw, so that its library sends the rest again on a new
+      // connection instead of failing them with "Socket closed" (issue #37, item 7).
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.closedForAbuse;
+      }
+      drain(r, why);
+      return;
+    }
+    tellCut(r, why);
     drop(id, true);
   }
 
@@ -591,10 +648,10 @@ class ConnectionRelay::Impl {
   void tellCut(Relayed& r, const char* why) {
     if (r.clientWriteShut || !r.serverFrames.atFrameBoundary()) return;
     if (r.tls && !r.tls->established()) return;
-    // Its last stream: every stream the client opened may have reached gRPC (the chunk that broke
-    // the limits did not, but claiming it is the safe side: the client does not send it again).
+    // Its last stream: the highest that reached gRPC (each may have been processed); the client
+    // may send those above it again.
     const std::string goAway =
-        http2GoAway(std::string("ddprun-rdzv closed the connection: it ") + why, r.scanner.highestStream());
+        http2GoAway(std::string("ddprun-rdzv closed the connection: it ") + why, r.forwardedStream);
     r.toClient.bytes.insert(r.toClient.bytes.end(), goAway.begin(), goAway.end());
     bool progress = false;
     sendTo(r, true, &progress);
@@ -635,7 +692,10 @@ class ConnectionRelay::Impl {
   std::vector<uint64_t> promoted_;  // got their handshake slot: to read at once (readAgain)
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Relayed>> inbox_;
-  std::vector<uint64_t> closeRequests_;
+  std::vector<std::pair<uint64_t, std::string>> closeRequests_;
+  std::multimap<Clock::time_point, uint64_t> drains_;  // connections closing with a reason, by end of grace
+  // How long gRPC's last answers may take to reach a client that close(id, why) cuts.
+  static constexpr auto kDrainGrace = std::chrono::milliseconds(200);
   std::vector<uint64_t> trustRequests_;
   struct Eviction {
     std::chrono::milliseconds idleFor{};
@@ -657,7 +717,7 @@ ConnectionRelay::Added ConnectionRelay::add(UniqueFd client, const std::string& 
   return impl_->add(std::move(client), address, trusted, gated);
 }
 void ConnectionRelay::trust(uint64_t id) { impl_->trust(id); }
-void ConnectionRelay::close(uint64_t id) { impl_->close(id); }
+void ConnectionRelay::close(uint64_t id, std::string why) { impl_->close(id, std::move(why)); }
 bool ConnectionRelay::evictIdle(std::chrono::milliseconds idleFor) { return impl_->evictIdle(idleFor); }
 ConnectionRelayStats ConnectionRelay::stats() const { return impl_->stats(); }
 

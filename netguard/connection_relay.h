@@ -86,8 +86,10 @@ class ConnectionRelay {
   // token to look for treats it as untrusted).
   Added add(UniqueFd client, const std::string& address, bool trusted, bool gated = false);
   // Cuts connection `id` (from any thread; the relay's thread closes it soon after). Unknown or
-  // closed ids are ignored.
-  void close(uint64_t id);
+  // closed ids are ignored. With `why`: nothing more of the client reaches gRPC, but what gRPC
+  // writes (the answer of the call that broke the limits) still reaches the client for 200 ms,
+  // then a GOAWAY carrying "ddprun-rdzv closed the connection: it <why>", then the close.
+  void close(uint64_t id, std::string why = {});
   // Connection `id` made a call with a valid job token: from now on it may open callBurst streams
   // at once instead of untrustedCallBurst (from any thread; takes effect soon after).
   void trust(uint64_t id);

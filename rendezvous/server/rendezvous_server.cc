@@ -182,6 +182,7 @@ class RendezvousServer::Impl {
   int port() const { return port_; }
   std::string metricsAddress() const { return metrics_ ? metrics_->address() : std::string(); }
   uint64_t timerWakeups() const { return rendezvous_->timerWakeups(); }
+  ConnectionListenerStats connectionStats() const { return listener_->stats(); }
   std::string address() const { return joinHostPort(options_.bindAddress, port_); }
 
  private:
@@ -267,5 +268,6 @@ std::string RendezvousServer::address() const { return impl_->address(); }
 void RendezvousServer::shutdown(std::chrono::milliseconds grace) { impl_->shutdown(grace); }
 std::string RendezvousServer::metricsAddress() const { return impl_->metricsAddress(); }
 uint64_t RendezvousServer::timerWakeups() const { return impl_->timerWakeups(); }
+ConnectionListenerStats RendezvousServer::connectionStats() const { return impl_->connectionStats(); }
 
 }  // namespace ddprun

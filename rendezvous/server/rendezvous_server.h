@@ -101,6 +101,8 @@ class RendezvousServer {
   std::string metricsAddress() const;
   // RendezvousService::timerWakeups().
   uint64_t timerWakeups() const;
+  // The front door's counters (what the metrics port shows as ddprun_guard_*).
+  ConnectionListenerStats connectionStats() const;
 
  private:
   class Impl;

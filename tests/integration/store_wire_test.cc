@@ -19,8 +19,10 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "ddprun/v1/store.grpc.pb.h"
 #include "ddprun/v1/store.pb.h"
 #include "rendezvous/server/rendezvous_server.h"
+#include "rpc/grpc_util.h"
 #include "safety_bound.h"
 #include "store/client/store_client.h"
 #include "store/core/store_core.h"
@@ -465,4 +467,40 @@ TEST_CASE("store wire: clients that never read hold at most the server's bound, 
   CHECK(grown < 240u * 1024 * 1024);  // was more than 8 x 64 MiB
   CHECK(openDropsBelow(wire, kClients));
   wire.stop();
+}
+
+TEST_CASE("store wire: a token holder that makes unary calls too fast is told why, never just 'Socket closed'",
+          "[store_wire][limits]") {
+  // Issue #37 item 7: more than 200 fast unary calls with the token got "UNAVAILABLE: Socket closed"
+  // with no reason: the relay cut the connection at once, and its GOAWAY claimed that no stream
+  // had been processed. Now a trusted connection that breaks the call limits is drained: the
+  // answers gRPC wrote still go out, and the GOAWAY names the limit and the last stream gRPC saw,
+  // so the client's library sends the rest again on a new connection.
+  ddprun::RendezvousServer server(serverOptions("the-token"));
+  auto stub = ddprun::v1::Store::NewStub(ddprun::makeChannel(server.address()));
+  int ok = 0, failed = 0;
+  std::string failures;
+  for (int i = 0; i < 400; ++i) {
+    grpc::ClientContext context;
+    context.AddMetadata(ddprun::kTokenMetadataKey, "the-token");
+    context.set_deadline(std::chrono::system_clock::now() + 20s);
+    ddprun::v1::NumKeysRequest request;
+    request.mutable_scope()->set_run_id("job");
+    request.mutable_scope()->set_round(1);
+    ddprun::v1::NumKeysResponse response;
+    const grpc::Status status = stub->NumKeys(&context, request, &response);
+    // Answered: there is no such job here, which the server says (FAILED_PRECONDITION).
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      ++ok;
+    } else {
+      ++failed;
+      if (failures.size() < 2000) failures += std::to_string(status.error_code()) + ": " + status.error_message() + "\n";
+    }
+  }
+  INFO(ok << " answered, " << failed << " failed:\n" << failures);
+  CHECK(ok > 200);
+  CHECK(failures.find("Socket closed") == std::string::npos);
+  // The connection was cut for the burst (else the case proves nothing).
+  const auto cuts = server.connectionStats();
+  CHECK(cuts.relayCutForAbuse + cuts.closedForAbuse >= 1);
 }
