@@ -187,7 +187,7 @@ class ConnectionListener::Impl {
       admitted = h.budget.admit(now, authenticated, options_.abuse);
       relayId = h.relayId;
       if (admitted) {
-        if (authenticated && !h.trusted && relayId != 0) {
+        if (authenticated && !h.trusted && !h.probation && relayId != 0) {
           h.trusted = true;  // its first call with the token: the relay lets it open more streams
           then = Then::kTrust;
         }
@@ -237,11 +237,15 @@ class ConnectionListener::Impl {
   }
 
  private:
+  enum class Admission { kNormal, kGated, kProbation };
+
   struct Pending {
     UniqueFd fd;
     std::string address;
     uint64_t seq = 0;   // tells this connection from a later one on the same descriptor number
-    bool gated = false;  // its address is penalized: only a request with the token passes
+    // Its address is penalized: only a request with the token passes (gated), or, where no token
+    // is asked, it stays untrusted (probation).
+    Admission admission = Admission::kNormal;
   };
 
   // Connections open now, counted by what holds descriptors. Cheap: /proc/self/fd is read only
@@ -342,14 +346,24 @@ class ConnectionListener::Impl {
       // connections are let in gated (only a request with the job token passes), so that agents
       // behind the same address (one host, a NAT gateway) go on joining; without one, they are
       // closed here, before they cost anything.
-      bool gated = false;
+      // Without a token there is nothing to gate on: its connections are let in on probation, as
+      // strangers (untrustedCallBurst streams, the strangers' shared budget, never trusted), so
+      // that a job's agents behind that address still join (issue #37, item 2: refused, they
+      // waited out penalties of up to 60 s) while an attacker among them gets no more than any
+      // stranger. Only with the guard off is a penalized address refused.
+      Admission admission = Admission::kNormal;
       if (penalized(address, now)) {
-        gated = options_.relay && options_.gate && !options_.token.empty();
-        if (auto held = refusedLog_.allow(now)) {
-          spdlog::warn("rendezvous: {} a connection from {}: the address broke the call limits lately{}",
-                       gated ? "admitted only with the job token" : "refused", address, heldBackNote(*held));
+        if (options_.relay && options_.gate) {
+          admission = options_.token.empty() ? Admission::kProbation : Admission::kGated;
         }
-        if (!gated) {
+        if (auto held = refusedLog_.allow(now)) {
+          const char* what = admission == Admission::kGated      ? "admitted only with the job token"
+                             : admission == Admission::kProbation ? "admitted on probation (as a stranger)"
+                                                                  : "refused";
+          spdlog::warn("rendezvous: {} a connection from {}: the address broke the call limits lately{}", what, address,
+                       heldBackNote(*held));
+        }
+        if (admission == Admission::kNormal) {
           count(&ConnectionListenerStats::refusedPenalized);
           continue;
         }
@@ -384,7 +398,7 @@ class ConnectionListener::Impl {
       const int number = conn.get();
       const uint64_t seq = ++lastSeq_;
       loop_.add(number, static_cast<uint64_t>(number), EPOLLIN | EPOLLRDHUP);
-      pending_.insert_or_assign(number, Pending{std::move(conn), std::move(address), seq, gated});
+      pending_.insert_or_assign(number, Pending{std::move(conn), std::move(address), seq, admission});
       // One timeout for all: arrival order is deadline order.
       deadlines_.push_back(Deadline{now + options_.handshakeTimeout, number, seq});
     }
@@ -537,12 +551,16 @@ class ConnectionListener::Impl {
     return fd;
   }
 
-  void handOver(Pending p, Clock::time_point now) { handOver(std::move(p.fd), std::move(p.address), now, p.gated); }
+  void handOver(Pending p, Clock::time_point now) {
+    handOver(std::move(p.fd), std::move(p.address), now, p.admission);
+  }
 
-  void handOver(UniqueFd fd, std::string address, Clock::time_point now, bool gated) {
+  void handOver(UniqueFd fd, std::string address, Clock::time_point now, Admission admission) {
     uint64_t relayId = 0;
+    const bool probation = admission == Admission::kProbation;
     if (relay_) {
-      auto added = relay_->add(std::move(fd), address, !options_.tokenRequired || !options_.gate, gated);
+      const bool trusted = !probation && (!options_.tokenRequired || !options_.gate);
+      auto added = relay_->add(std::move(fd), address, trusted, admission == Admission::kGated);
       if (!added.grpcSide) {
         count(&ConnectionListenerStats::acceptErrors);  // no socket pair: descriptors ran out
         return;
@@ -555,7 +573,8 @@ class ConnectionListener::Impl {
     ::fstat(fd.get(), &st);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      handed_.insert_or_assign(fd.get(), Handed{std::move(address), st.st_ino, CallBudget(now, options_.abuse), relayId});
+      handed_.insert_or_assign(fd.get(),
+                               Handed{std::move(address), st.st_ino, CallBudget(now, options_.abuse), relayId, false, probation});
     }
     // gRPC owns the descriptor from here on and closes it when the connection ends.
     grpc::AddInsecureChannelFromFd(server_, fd.release());
@@ -606,6 +625,7 @@ class ConnectionListener::Impl {
     CallBudget budget;
     uint64_t relayId = 0;  // its id in relay_, 0 when not relayed
     bool trusted = false;  // relay_ was told of its first authenticated call
+    bool probation = false;  // from a penalized address where no token is asked: never trusted
   };
   std::unordered_map<int, Handed> handed_;
   AddressPenalties penalties_;

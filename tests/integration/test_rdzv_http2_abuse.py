@@ -156,6 +156,32 @@ class Http2AbuseTest(ml.MultiNodeTestCase):
             attacker.communicate()
         self.assert_alive(daemon, "after the attack")
 
+    def test_agents_at_the_attackers_address_keep_joining_without_a_token(self):
+        # Issue #37 item 2: with no job token there is nothing to gate on, and a penalized address
+        # was refused outright: a 2-node job behind the attacker's address took 49 s instead of
+        # 0.02 s (the penalty doubles up to 60 s). Now its connections are let in on probation, as
+        # strangers. The bound is a safety bound with the old figure far outside it; the attack
+        # lasts longer than it.
+        JOB_BOUND_S = 20
+        daemon = self.start_daemon(("--connection_guard", "on"), False)
+        attacker = self.attack(daemon.port, "rapid_reset", seconds=JOB_BOUND_S + 30, where=("--source", "127.0.0.1"))
+        try:
+            deadline = time.monotonic() + 20
+            while "from 127.0.0.1" not in daemon.stderr():
+                self.assertLess(time.monotonic(), deadline, "the attacker was never cut off:\n" + daemon.stderr())
+                time.sleep(0.1)
+            started = time.monotonic()
+            for res in self.wait_all(self.job(daemon.port, "nat-no-token"), JOB_BOUND_S):
+                self.assert_exit(res, 0)
+            print("a 2-node job without a token behind the attacker's address: %.2f s" % (time.monotonic() - started),
+                  file=sys.stderr)
+            self.assertIsNone(attacker.poll(), "the attack ended before the job: the test proves nothing")
+            self.assertIn("admitted on probation (as a stranger) a connection from 127.0.0.1", daemon.stderr())
+        finally:
+            attacker.kill()
+            attacker.communicate()
+        self.assert_alive(daemon, "after the attack")
+
     def test_rapid_reset_from_a_new_address_for_every_connection(self):
         # No per-address penalty stops this attacker; an unauthenticated connection may open only
         # a few streams (AbuseLimits::untrustedCallBurst), so each new connection costs it more
