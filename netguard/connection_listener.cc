@@ -33,6 +33,7 @@
 #include "common/unique_fd.h"
 #include "netguard/connection_opening.h"
 #include "netguard/connection_relay.h"
+#include "netguard/handed_connections.h"
 
 namespace ddprun {
 namespace {
@@ -135,8 +136,8 @@ class ConnectionListener::Impl {
     }
     baseline_ = openFdCount();
     estimate_ = baseline_;
-    firstNumber_ = static_cast<int>(std::max<std::size_t>(64, baseline_ + 32));
-    cursor_ = firstNumber_;
+    handed_ = std::make_unique<HandedConnections>(options_.abuse,
+                                                  static_cast<int>(std::max<std::size_t>(64, baseline_ + 32)));
     thread_ = std::thread([this] { run(); });
   }
 
@@ -149,68 +150,28 @@ class ConnectionListener::Impl {
     relay_.reset();  // closes the relayed connections: gRPC sees them end
   }
 
-  // `open` counts the handed connections whose descriptor still is the socket handed over: gRPC
-  // closes a connection's descriptor without telling, so an entry outlives its connection until
-  // its number is reused. Entries found gone are dropped here (a scrape: one fstat per entry).
+  // `open`: a scrape drops the handed connections whose descriptor gRPC closed meanwhile.
   ConnectionListenerStats stats() {
+    const std::size_t open = handed_ ? handed_->open() : 0;
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = handed_.begin(); it != handed_.end();) {
-      struct stat st{};
-      const bool same = ::fstat(it->first, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == it->second.inode;
-      it = same ? std::next(it) : handed_.erase(it);
-    }
     ConnectionListenerStats s = stats_;
-    s.open = handed_.size();
+    s.open = open;
     return s;
   }
 
-  std::string peerAddress(const std::string& grpcPeer) const {
-    const int fd = fdOfPeer(grpcPeer);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = handed_.find(fd);
-    return it == handed_.end() ? std::string() : it->second.address;
-  }
+  std::string peerAddress(const std::string& grpcPeer) const { return handed_ ? handed_->address(grpcPeer) : ""; }
 
   bool admitCall(const std::string& grpcPeer, bool authenticated) {
-    const int fd = fdOfPeer(grpcPeer);
-    const auto now = Clock::now();
-    enum class Then { kNothing, kTrust, kCut } then = Then::kNothing;
-    bool admitted = true;
-    uint64_t relayId = 0;
-    std::string address, why;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = handed_.find(fd);
-      if (it == handed_.end()) return true;
-      Handed& h = it->second;
-      const bool closedBefore = h.budget.refused();
-      admitted = h.budget.admit(now, authenticated, options_.abuse);
-      relayId = h.relayId;
-      if (admitted) {
-        if (authenticated && !h.trusted && !h.probation && relayId != 0) {
-          h.trusted = true;  // its first call with the token: the relay lets it open more streams
-          then = Then::kTrust;
-        }
-      } else if (!closedBefore) {
-        if (relayId == 0) {
-          // Under the lock that handOver takes: the descriptor cannot have passed to a newer
-          // connection of ours meanwhile, and the inode tells whether it is still this socket
-          // (gRPC closes a connection's descriptor when the connection ends; the number is reused).
-          struct stat st{};
-          if (::fstat(fd, &st) == 0 && st.st_ino == h.inode) ::shutdown(fd, SHUT_RDWR);
-        }
-        ++stats_.closedForAbuse;
-        address = h.address;
-        why = h.budget.why();
-        then = Then::kCut;
-      }
+    if (!handed_) return true;
+    const auto v = handed_->admit(grpcPeer, authenticated, Clock::now());
+    using Then = HandedConnections::Verdict::Then;
+    if (v.then == Then::kTrust) relay_->trust(v.relayId);
+    if (v.then == Then::kCut) {
+      count(&ConnectionListenerStats::closedForAbuse);
+      if (v.relayId != 0) relay_->close(v.relayId, "made " + v.why);
+      penalize(v.address, "it made " + v.why);
     }
-    if (then == Then::kTrust) relay_->trust(relayId);
-    if (then == Then::kCut) {
-      if (relayId != 0) relay_->close(relayId, "made " + why);
-      penalize(address, "it made " + why);
-    }
-    return admitted;
+    return v.admitted;
   }
 
   // A TLS connection that failed: counted and said (a line per 10 s at most), as every connection
@@ -511,11 +472,6 @@ class ConnectionListener::Impl {
     closedSilent(p, why, now);
   }  // p's descriptor closes here
 
-  static int fdOfPeer(const std::string& grpcPeer) {
-    if (grpcPeer.rfind("fd:", 0) != 0) return -1;
-    return std::atoi(grpcPeer.c_str() + 3);
-  }
-
   static std::string peerOf(int fd) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
@@ -531,24 +487,6 @@ class ConnectionListener::Impl {
   bool penalized(const std::string& address, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
     return penalties_.refused(address, now);
-  }
-
-  // gRPC knows a connection we hand over only as "fd:N". So that N names one connection for as
-  // long as its late calls may still be handled, connections get numbers from a cursor that
-  // goes round the whole descriptor range instead of the lowest free one, which a connection
-  // that just closed would have passed straight to the next.
-  UniqueFd renumbered(UniqueFd fd) {
-    const int limit = static_cast<int>(std::min<std::size_t>(openFileLimit(), 1 << 24));
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      if (cursor_ < firstNumber_ || cursor_ >= limit) cursor_ = firstNumber_;
-      int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, cursor_);
-      if (moved >= 0) {
-        cursor_ = moved + 1;
-        return UniqueFd(moved);
-      }
-      cursor_ = firstNumber_;  // nothing free above the cursor: wrap around once
-    }
-    return fd;
   }
 
   void handOver(Pending p, Clock::time_point now) {
@@ -568,14 +506,7 @@ class ConnectionListener::Impl {
       fd = std::move(added.grpcSide);
       relayId = added.id;
     }
-    fd = renumbered(std::move(fd));
-    struct stat st{};
-    ::fstat(fd.get(), &st);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      handed_.insert_or_assign(fd.get(),
-                               Handed{std::move(address), st.st_ino, CallBudget(now, options_.abuse), relayId, false, probation});
-    }
+    fd = handed_->add(std::move(fd), std::move(address), relayId, probation, now);
     // gRPC owns the descriptor from here on and closes it when the connection ends.
     grpc::AddInsecureChannelFromFd(server_, fd.release());
     count(&ConnectionListenerStats::handedOver);
@@ -619,19 +550,9 @@ class ConnectionListener::Impl {
   ConnectionListenerStats stats_;
   // Connections handed to gRPC, by descriptor number: who connected, the socket's inode, and the
   // call budget. An entry stays after its connection ended until the number is used again.
-  struct Handed {
-    std::string address;
-    ino_t inode = 0;
-    CallBudget budget;
-    uint64_t relayId = 0;  // its id in relay_, 0 when not relayed
-    bool trusted = false;  // relay_ was told of its first authenticated call
-    bool probation = false;  // from a penalized address where no token is asked: never trusted
-  };
-  std::unordered_map<int, Handed> handed_;
+  std::unique_ptr<HandedConnections> handed_;  // set in start()
   AddressPenalties penalties_;
   std::unique_ptr<ConnectionRelay> relay_;  // set in start() when options_.relay
-  int cursor_ = 0;       // accept thread only: where renumbered() looks for a free number first
-  int firstNumber_ = 0;  // the lowest number handed out: above the descriptors open at start
 };
 
 ConnectionListener::ConnectionListener(ConnectionListenerOptions options)
