@@ -173,8 +173,10 @@ def main():
             return 0
         guarded = [one_rep(args, "auto", 0, i, workdir) for i in range(args.reps)]
         spread = [one_rep(args, "auto", 0, i, workdir, spread=True) for i in range(args.reps)]
+        # Issue #37 item 2: no token to gate on; the penalized address's connections on probation.
+        same_open = [one_rep(args, "on", 0, i, workdir, source="127.0.0.1", token=False) for i in range(args.reps)]
         unguarded = [one_rep(args, "off", args.unguarded_cap_mib, 0, workdir, token=False)]
-    for r in same + guarded + spread + unguarded:
+    for r in same + guarded + spread + same_open + unguarded:
         print(json.dumps(r), flush=True)
     u = unguarded[0]
 
@@ -205,6 +207,8 @@ def main():
         row("ddprun-rdzv (guard auto: on with a token); attacker at one address", guarded),
         row("ddprun-rdzv; the attacker at the agents' own address (127.0.0.1: one host, a NAT gateway)", same),
         row("ddprun-rdzv, the attacker at a new address for every connection, 16 streams each (no penalty applies)", spread),
+        row("ddprun-rdzv without a token (guard on); the attacker at the agents' own address (#37 item 2: on probation)",
+            same_open),
         "| ddprun-rdzv `--connection_guard=off`, no token (before #37: gRPC 1.51 alone, 2.4 GB, died at its cap; address space capped at %d MiB) | %s | %s | %s | %d MiB | %d MiB | %s | %s |" % (
             args.unguarded_cap_mib, fmt_s([u["quiet_s"]]), fmt_s([u["attack_s"]]),
             ("%.2fx" % (u["attack_s"] / u["quiet_s"])) if u["attack_s"] and u["quiet_s"] else "n/a",
@@ -219,7 +223,7 @@ def main():
         with open(args.report, "w") as f:
             f.write(text)
     # ddprun's own rounds must have happened (the peer's may fail: that is its finding).
-    ours = [r[k] for r in guarded + spread for k in ("quiet_s", "attack_s")]
+    ours = [r[k] for r in guarded + spread + same_open for k in ("quiet_s", "attack_s")]
     if any(v is None for v in ours):
         print("a round of ddprun-rdzv failed (see the table)", file=sys.stderr)
         return 1

@@ -340,8 +340,9 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny scenarios once, 1 s of heartbeats: does it still run?")
     ap.add_argument("--log_level", default="info", help="the daemon's (info, as deployed)")
     ap.add_argument("--guard", choices=("off", "on"), default="off",
-                    help="the daemon's --connection_guard (on by default in ddprun; off here, as on a trusted "
-                         "network, so that 10,000 agents fit a 20,000-descriptor limit; docs/rendezvous.md)")
+                    help="the daemon's --connection_guard (on by default in ddprun). Since issue #37 off relays "
+                         "too (three descriptors per agent): 10,000 agents need a limit of about 31,000; the "
+                         "unrelayed figures of bench/RESULTS_MULTINODE.md are of the old off (docs/rendezvous.md)")
     ap.add_argument("--report", default="", help="markdown file to write (default: stdout only)")
     ap.add_argument("--json", default="", help="raw results, one JSON object per run")
     ap.add_argument("--plot", default="", help="SVG file to write")
