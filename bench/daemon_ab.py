@@ -43,7 +43,7 @@ def capacity(gen, port, pid, token, nodes):
     return j
 
 
-def store_ops(b, port, token, workdir, tag):
+def store_ops(b, port, token, workdir, tag, seconds):
     """ops/s of get and add at 1 and 8 clients over the store framing, on a real job's round."""
     info = os.path.join(workdir, "info-%s" % tag)
     script = 'echo "$DDPRUN_ROUND $TORCHELASTIC_RUN_ID" > "%s.tmp" && mv "%s.tmp" "%s" && exec sleep 600' % (
@@ -61,7 +61,7 @@ def store_ops(b, port, token, workdir, tag):
             time.sleep(0.05)
         rnd, rid = open(info).read().split()
         out = subprocess.run([os.path.join(b, "bin", "ddprun-store-bench"), "--port", str(port), "--run_id", rid,
-                              "--round", rnd, "--ops", "get,add", "--clients", "1,8", "--seconds", "2"],
+                              "--round", rnd, "--ops", "get,add", "--clients", "1,8", "--seconds", str(seconds)],
                              capture_output=True, text=True, timeout=120)
         res = {}
         for l in out.stdout.splitlines():
@@ -83,7 +83,7 @@ def one(build, b, args, workdir, rep, token):
         r = {k: j.get(k) for k in ("connect_wall_s", "first_join_to_all_assigned_s", "store_all_done_s",
                                    "store_set_p50_s", "store_get_p50_s", "connect_daemon_cpu_s", "join_daemon_cpu_s",
                                    "store_daemon_cpu_s")}
-        r.update(store_ops(b, port, token, workdir, "%d-%d" % (rep, port)))
+        r.update(store_ops(b, port, token, workdir, "%d-%d" % (rep, port), args.store_seconds))
         return r
     finally:
         benchlib.stop(proc)
@@ -95,8 +95,12 @@ def main():
     p.add_argument("--b", required=True, help="the build after (its daemon, and the clients for both)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--nodes", type=int, default=500)
+    p.add_argument("--store_seconds", type=int, default=2)
     p.add_argument("--report", default=None)
+    p.add_argument("--smoke", action="store_true", help="one run each of 10 agents, 1 s of store ops (ctest; A may be B)")
     args = p.parse_args()
+    if args.smoke:
+        args.reps, args.nodes, args.store_seconds = 1, 10, 1
     for exe in [os.path.join(args.a, "bin", "ddprun-rdzv")] + [
             os.path.join(args.b, "bin", x) for x in ("ddprun-rdzv", "ddprun-rdzv-capacity", "ddprun-store-bench", "ddprun")]:
         if not os.access(exe, os.X_OK):
