@@ -407,6 +407,14 @@ class ConnectionListener::Impl {
         case Opening::kTlsHandshake:
           return handOver(takePending(it), now);
         case Opening::kSideProtocol: {
+          if (p.admission == Admission::kProbation) {
+            // Probation is the relay's (a stranger's budget of streams); the store framing has no
+            // strangers' budget, so a penalized address is refused there as before. Its workers
+            // fall back to the Session stream, which passes the relay on probation.
+            count(&ConnectionListenerStats::refusedPenalized);
+            takePending(it);
+            return;
+          }
           Pending taken = takePending(it);
           count(&ConnectionListenerStats::handedToSide);
           options_.sideProtocol.accept(std::move(taken.fd), taken.address);
