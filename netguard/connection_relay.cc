@@ -21,6 +21,8 @@
 #include "common/http2_refusal.h"
 #include "netguard/handshake_queue.h"
 #include "netguard/http2_frames.h"
+#include "netguard/relay_buffer.h"
+#include "netguard/tls_termination.h"
 #include "netguard/token_recognizer.h"
 #include "tls/tls_session.h"
 
@@ -28,22 +30,6 @@ namespace ddprun {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Bytes on their way in one direction: appended at the back, written from the front.
-struct Buffer {
-  std::vector<char> bytes;
-  std::size_t start = 0;
-  std::size_t size() const { return bytes.size() - start; }
-  std::size_t room() const { return ConnectionRelay::kBufferBytes - size(); }
-  void consumed(std::size_t n) {
-    start += n;
-    if (start == bytes.size()) {
-      bytes.clear();
-      bytes.shrink_to_fit();  // most connections are idle most of the time: hold nothing then
-      start = 0;
-    }
-  }
-};
 
 struct Side {
   UniqueFd fd;
@@ -56,8 +42,8 @@ struct Relayed {
   std::string address;
   Side client;
   Side inner;       // our end of the socket pair; gRPC holds the other
-  Buffer toServer;  // read from client, written to inner
-  Buffer toClient;  // read from inner, written to client
+  RelayBuffer toServer;  // read from client, written to inner
+  RelayBuffer toClient;  // read from inner, written to client
   Http2FrameScanner scanner;  // what the client sends: counted
   TokenBucket streams;
   TokenBucket control;
@@ -73,11 +59,8 @@ struct Relayed {
   bool innerWriteShut = false;
   bool clientWriteShut = false;
   Http2FrameScanner serverFrames{false};  // what gRPC sends: only where its frames end
-  // With TLS: the client's side is ciphertext. toServer and toClient hold plaintext; cipherOut
-  // the records (and handshake messages) on their way to the client.
-  std::unique_ptr<TlsSession> tls = nullptr;
-  Buffer cipherOut{};
-  bool closeNotifySent = false;
+  // With TLS: the client's side is ciphertext; toServer and toClient hold plaintext.
+  std::unique_ptr<TlsTermination> tls = nullptr;
   // Its handshake: waits for one of its address's slots (nothing is read meanwhile), holds one,
   // or is over.
   enum class Handshake { kNone, kQueued, kActive, kDone } handshake = Handshake::kNone;
@@ -138,7 +121,7 @@ class ConnectionRelay::Impl {
     r->lastStream = Clock::now();
     if (tls_.context) {
       try {
-        r->tls = std::make_unique<TlsSession>(tls_.context->current());
+        r->tls = std::make_unique<TlsTermination>(std::make_unique<TlsSession>(tls_.context->current()));
       } catch (const std::exception&) {
         return {};  // out of memory: as without a socket pair
       }
@@ -318,7 +301,7 @@ class ConnectionRelay::Impl {
 
   void serve(Relayed& r, bool innerSide, uint32_t events) {
     Side& from = innerSide ? r.inner : r.client;
-    Buffer& in = innerSide ? r.toClient : r.toServer;
+    RelayBuffer& in = innerSide ? r.toClient : r.toServer;
     bool progress = false;
     if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !from.readClosed && in.room() > 0 &&
         !(!innerSide && r.handshake == Relayed::Handshake::kQueued)) {
@@ -347,51 +330,33 @@ class ConnectionRelay::Impl {
 
   // Writes what waits for the client (toClient: encrypted first with TLS) or for gRPC (toServer).
   bool sendTo(Relayed& r, bool toClient, bool* progress) {
-    if (!toClient) return writeFrom(r.inner, r.toServer, progress);
-    if (!r.tls) return writeFrom(r.client, r.toClient, progress);
-    // Encrypt only as much as the ciphertext buffer takes: a client that does not read slows gRPC.
-    while (r.toClient.size() > 0 && r.cipherOut.size() < ConnectionRelay::kBufferBytes && r.tls->established()) {
-      const std::size_t n =
-          r.tls->write(r.toClient.bytes.data() + r.toClient.start, std::min<std::size_t>(r.toClient.size(), 16384));
-      if (n == 0) break;
-      r.toClient.consumed(n);
-      r.tls->takeOutput(r.cipherOut.bytes);
-    }
-    r.tls->takeOutput(r.cipherOut.bytes);
-    return writeFrom(r.client, r.cipherOut, progress);
+    if (!toClient) return writeBuffered(r.inner.fd.get(), r.toServer, progress);
+    if (!r.tls) return writeBuffered(r.client.fd.get(), r.toClient, progress);
+    return r.tls->send(r.client.fd.get(), r.toClient, progress);
   }
 
   // Whether anything waits to be written to the client now.
   static bool clientWritable(const Relayed& r) {
-    if (!r.tls) return r.toClient.size() > 0;
-    return r.cipherOut.size() > 0 || (r.toClient.size() > 0 && r.tls->established());
+    return r.tls ? r.tls->wantsWrite(r.toClient) : r.toClient.size() > 0;
   }
 
   // From the client: plaintext, as recv(2) returns it (0: the end; -1 with errno). With TLS, reads
   // ciphertext until a record decrypts, and answers the handshake on the way.
   ssize_t receiveFromClient(Relayed& r, char* out, std::size_t capacity) {
     if (!r.tls) return ::recv(r.client.fd.get(), out, capacity, 0);
-    for (;;) {
-      std::size_t got = 0;
-      const auto result = r.tls->read(out, capacity, &got);
-      r.tls->takeOutput(r.cipherOut.bytes);
-      if (r.handshake == Relayed::Handshake::kActive && r.tls->established()) {
+    bool heard = false;
+    const ssize_t n = r.tls->receive(r.client.fd.get(), out, capacity, &heard);
+    const int saved = errno;
+    if (r.handshake == Relayed::Handshake::kActive) {
+      if (heard) handshakes_.progressed(r.id, Clock::now());
+      if (r.tls->established()) {
         endHandshake(r);
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.tlsEstablished;
       }
-      switch (result) {
-        case TlsSession::Result::kData: return static_cast<ssize_t>(got);
-        case TlsSession::Result::kClosed: return 0;
-        case TlsSession::Result::kFailed: errno = EPROTO; return -1;
-        case TlsSession::Result::kWantMore: break;
-      }
-      char raw[16 * 1024 + 256];  // a TLS record and its overhead
-      const ssize_t n = ::recv(r.client.fd.get(), raw, sizeof(raw), 0);
-      if (n <= 0) return n;
-      r.tls->feed(raw, static_cast<std::size_t>(n));
-      if (r.handshake == Relayed::Handshake::kActive) handshakes_.progressed(r.id, Clock::now());
     }
+    errno = saved;  // what the caller reads of a -1
+    return n;
   }
 
   // A TLS connection stopped reading with records still inside OpenSSL (its buffer filled, or its
@@ -452,9 +417,7 @@ class ConnectionRelay::Impl {
   // Says why (the alert OpenSSL queued, best effort), tells the listener for its log, then
   // closes: told first, so that whoever sees the close finds the reason already logged.
   void tlsFailed(Relayed& r, std::string why) {  // a copy: why may be r's own, which drop() frees
-    bool progress = false;
-    r.tls->takeOutput(r.cipherOut.bytes);
-    writeFrom(r.client, r.cipherOut, &progress);
+    r.tls->flush(r.client.fd.get());
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.tlsFailed;
@@ -465,7 +428,7 @@ class ConnectionRelay::Impl {
 
   // Reads what fits into `in`; from the client, counts frames against the limits and stops at
   // the first chunk that breaks them (*abuse says which; that chunk is not passed on).
-  bool readInto(Relayed& r, Side& from, Buffer& in, bool fromClient, bool* progress, const char** abuse) {
+  bool readInto(Relayed& r, Side& from, RelayBuffer& in, bool fromClient, bool* progress, const char** abuse) {
     char chunk[65536];
     while (in.room() > 0) {
       const std::size_t want = std::min(sizeof(chunk), in.room());
@@ -541,7 +504,7 @@ class ConnectionRelay::Impl {
   void release(Relayed& r) {
     r.heldStreams = 0;
     bool progress = false;
-    if (!writeFrom(r.inner, r.toServer, &progress) || !finishHalfCloses(r)) return drop(r.id, false);
+    if (!writeBuffered(r.inner.fd.get(), r.toServer, &progress) || !finishHalfCloses(r)) return drop(r.id, false);
     update(r);
   }
 
@@ -561,19 +524,6 @@ class ConnectionRelay::Impl {
     }
   }
 
-  static bool writeFrom(Side& to, Buffer& out, bool* progress) {
-    while (out.size() > 0) {
-      ssize_t n = ::send(to.fd.get(), out.bytes.data() + out.start, out.size(), MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return errno == EAGAIN || errno == EWOULDBLOCK;
-      }
-      *progress = true;
-      out.consumed(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
   // A side that ended its writing: once everything it sent was passed on, end the other side's
   // writing too. False when both sides are done: the connection is over.
   static bool finishHalfCloses(Relayed& r) {
@@ -582,14 +532,8 @@ class ConnectionRelay::Impl {
       r.innerWriteShut = true;
     }
     if (r.inner.readClosed && r.toClient.size() == 0 && !r.clientWriteShut) {
-      if (r.tls && !r.closeNotifySent) {  // TLS ends with close_notify, then the FIN
-        r.closeNotifySent = true;
-        r.tls->shutdown();
-        r.tls->takeOutput(r.cipherOut.bytes);
-        bool progress = false;
-        writeFrom(r.client, r.cipherOut, &progress);
-      }
-      if (r.cipherOut.size() == 0) {
+      // TLS ends with close_notify, then the FIN.
+      if (!r.tls || r.tls->closeNotify(r.client.fd.get())) {
         ::shutdown(r.client.fd.get(), SHUT_WR);
         r.clientWriteShut = true;
       }

@@ -21,6 +21,7 @@
 
 #include "common/unique_fd.h"
 #include "netguard/abuse_guard.h"
+#include "netguard/relay_buffer.h"
 #include "tls/server_context.h"
 
 namespace ddprun {
@@ -63,7 +64,7 @@ struct RelayTls {
 
 class ConnectionRelay {
  public:
-  static constexpr std::size_t kBufferBytes = 256 * 1024;
+  static constexpr std::size_t kBufferBytes = kRelayBufferBytes;
   // `onAbuse(address, why)` runs on the relay's thread, with no lock of the relay held, after a
   // connection was cut for breaking the limits.
   ConnectionRelay(AbuseLimits limits, RelayToken token,

@@ -71,6 +71,31 @@ TEST_CASE("the relay passes bytes both ways in order, larger than its buffers, a
   CHECK(relay.stats().relayed == 1);
 }
 
+TEST_CASE("the GOAWAY of a cut names the last stream that reached gRPC", "[rendezvous][relay]") {
+  // A client's library sends again only the streams above the GOAWAY's last stream: 0 (as the
+  // relay sent) told it that calls gRPC had processed were not, an Add done twice.
+  AbuseLimits limits;
+  limits.callBurst = 10;
+  limits.callsPerSecond = 1;
+  ConnectionRelay relay(limits, {}, nullptr);
+  Pair client = makePair();
+  auto added = relay.add(std::move(client.relay), "192.0.2.67", true);
+  REQUIRE(added.grpcSide);
+  const std::string first = kPreface + frame(0x1, 1, 12) + frame(0x1, 3, 12) + frame(0x1, 5, 12);
+  REQUIRE(writeAll(client.test.get(), first));
+  CHECK(readUpTo(added.grpcSide.get(), first.size()).size() == first.size());  // they reached gRPC
+  std::string flood;
+  for (uint32_t s = 7; s < 2000; s += 2) flood += frame(0x1, s, 12) + frame(0x3, s, 4);
+  CHECK(::send(client.test.get(), flood.data(), flood.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(flood.size()));
+  bool eof = false;
+  const std::string told = readUpTo(client.test.get(), 1 << 20, &eof);
+  CHECK(eof);
+  REQUIRE(told.size() >= 13);
+  CHECK(ddprun::goAwayReason(told).has_value());
+  const auto* p = reinterpret_cast<const unsigned char*>(told.data() + 9);
+  CHECK(((uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3]) == 5);
+}
+
 TEST_CASE("the relay cuts a connection that opens streams faster than allowed, before passing them on",
           "[rendezvous][relay]") {
   AbuseLimits limits;
