@@ -17,6 +17,13 @@ void appendFrame(std::string& out, const google::protobuf::MessageLite& message)
   message.SerializeWithCachedSizesToArray(p + kHeaderBytes);
 }
 
+void FrameReader::toFront() {
+  if (begin_ == 0) return;
+  std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+  end_ -= begin_;
+  begin_ = 0;
+}
+
 char* FrameReader::room(std::size_t want) {
   constexpr std::size_t kKeptBytes = 1 << 20;
   if (begin_ == end_) {
@@ -27,28 +34,16 @@ char* FrameReader::room(std::size_t want) {
   if (buf_.size() - end_ < want) {
     // Move what is left to the front first: a buffer that only grew would keep the largest
     // frame's size for good.
-    if (begin_ > 0) {
-      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
+    toFront();
     if (buf_.size() - end_ < want) buf_.resize(end_ + want);
   }
   return buf_.data() + end_;
 }
 
 void FrameReader::append(const char* data, std::size_t n) {
-  if (buf_.size() - end_ < n) {
-    if (begin_ > 0) {
-      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    // Exactly what is held: resize writes every byte it adds, so slack would be memory in use
-    // (std::string's capacity still grows geometrically, untouched).
-    if (buf_.size() - end_ < n) buf_.resize(end_ + n);
-  }
-  std::memcpy(buf_.data() + end_, data, n);
+  // room() makes exactly what is held: resize writes every byte it adds, so slack would be memory
+  // in use (std::string's capacity still grows geometrically, untouched).
+  std::memcpy(room(n), data, n);
   end_ += n;
 }
 
@@ -58,10 +53,7 @@ void FrameReader::compact() {
     std::string().swap(buf_);
     return;
   }
-  if (begin_ == 0) return;
-  std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-  end_ -= begin_;
-  begin_ = 0;
+  toFront();
   buf_.resize(end_);
   if (buf_.capacity() > 2 * buf_.size() + 4096) buf_.shrink_to_fit();
 }
@@ -81,8 +73,7 @@ std::string_view FrameReader::take(std::size_t n) {
 
 FrameReader::Next FrameReader::next(std::string_view& payload) {
   if (buffered() < kHeaderBytes) return Next::kNeedMore;
-  const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + begin_);
-  const std::size_t size = (std::size_t{p[0]} << 24) | (std::size_t{p[1]} << 16) | (std::size_t{p[2]} << 8) | p[3];
+  const std::size_t size = pendingFrameBytes() - kHeaderBytes;
   if (size > max_) return Next::kTooLarge;
   if (buffered() < kHeaderBytes + size) return Next::kNeedMore;
   payload = std::string_view(buf_.data() + begin_ + kHeaderBytes, size);

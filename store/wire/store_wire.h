@@ -73,6 +73,8 @@ class FrameReader {
   Next next(std::string_view& payload);
 
  private:
+  void toFront();  // moves what is not taken to the front of buf_
+
   std::size_t max_;
   std::string buf_;
   std::size_t begin_ = 0;  // the first byte not yet taken

@@ -107,6 +107,17 @@ StoreResponse readHelloAnswer(int fd) {
   return answer;
 }
 
+// A client over a socket pair adopted by `wire`, past its hello (no job token on this core).
+UniqueFd openedClient(ddprun::StoreWireServer& wire) {
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  UniqueFd client(pair[0]);
+  wire.adopt(UniqueFd(pair[1]), "local");
+  sendAll(client.get(), helloBytes(""));
+  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
+  return client;
+}
+
 ddprun::RendezvousServerOptions serverOptions(const std::string& token) {
   ddprun::RendezvousServerOptions o;
   o.port = 0;
@@ -219,12 +230,7 @@ TEST_CASE("store wire: a client that sends without reading pauses the server, an
   const std::string key(4000, 'k');
   core.store().set({"job", 1}, key, std::string(1 << 20, 'v'));
   ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
-  int pair[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
-  UniqueFd client(pair[0]);
-  wire.adopt(UniqueFd(pair[1]), "local");
-  sendAll(client.get(), helloBytes(""));
-  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
+  UniqueFd client = openedClient(wire);
   constexpr int kGets = 200;
   std::string requests;
   for (int i = 1; i <= kGets; ++i) {
@@ -272,12 +278,7 @@ TEST_CASE("store wire: a client that half-closes still gets the answers of its p
   // WritesDone does): what it asked for is still owed. The connection closes once it is answered.
   ddprun::StoreCore core(ddprun::StoreCoreOptions{});
   ddprun::StoreWireServer wire(core, ddprun::StoreWireServerOptions{});
-  int pair[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
-  UniqueFd client(pair[0]);
-  wire.adopt(UniqueFd(pair[1]), "local");
-  sendAll(client.get(), helloBytes(""));
-  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
+  UniqueFd client = openedClient(wire);
   std::string requests;
   ddprun::v1::StoreRequest wait;
   wait.set_id(7);
@@ -339,17 +340,6 @@ std::size_t peakBytes() {
   std::fclose(f);
   REQUIRE(kb > 0);
   return kb * 1024;
-}
-
-// A client over a socket pair adopted by `wire`, past its hello (no job token on this core).
-UniqueFd openedClient(ddprun::StoreWireServer& wire) {
-  int pair[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
-  UniqueFd client(pair[0]);
-  wire.adopt(UniqueFd(pair[1]), "local");
-  sendAll(client.get(), helloBytes(""));
-  REQUIRE(readHelloAnswer(client.get()).status().code() == 0);
-  return client;
 }
 
 // Sends as much of `total` bytes (`chunk` repeated) as the peer takes within `within`.
