@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -164,7 +166,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
 
   cfg.rdzvBackend = parseRdzvBackend(text("rdzv_backend"));
   cfg.rdzvConf = text("rdzv_conf");
-  parseRendezvousConf(cfg.rdzvConf, cfg);
+  for (const auto& warning : parseRendezvousConf(cfg.rdzvConf, cfg)) spdlog::warn("{}", warning);
   cfg.standalone = flags.isOn("standalone");
   cfg.rdzvEndpoint = text("rdzv_endpoint");
   cfg.masterAddr = text("master_addr");

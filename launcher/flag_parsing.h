@@ -39,6 +39,7 @@ inline constexpr SecondsRange kHangTimeoutRange{0, 86400};          // 0: off
 inline constexpr SecondsRange kFinishTimeoutRange{0, 86400};        // 0: off
 inline constexpr SecondsRange kJoinTimeoutRange{1, 604800};         // --rdzv_conf join_timeout (a week)
 inline constexpr SecondsRange kLastCallTimeoutRange{0, 3600};       // --rdzv_conf last_call_timeout
+inline constexpr SecondsRange kCloseTimeoutRange{0, 3600};          // --rdzv_conf close_timeout
 inline constexpr SecondsRange kHeartbeatTimeoutRange{0.5, 3600};    // --rdzv_conf heartbeat_timeout
 
 constexpr int kDefaultRendezvousPort = 29400;
@@ -82,8 +83,10 @@ std::string parseLegacyLocalRank(const std::string& value);
 // --rdzv_backend: static, grpc (torchrun's c10d is an alias), etcd (etcd-v2, torch's name, too).
 RdzvBackend parseRdzvBackend(const std::string& value);
 
-// --rdzv_conf KEY=VALUE,...: sets cfg's rendezvous timeouts, isHost and tokenFile. torchrun's keys
-// that only tune its own store are accepted and ignored.
-void parseRendezvousConf(const std::string& text, LaunchConfig& cfg);
+// --rdzv_conf KEY=VALUE,...: sets cfg's rendezvous timeouts, TLS, isHost and tokenFile from
+// torchrun's keys (every backend's, 1.13 and 2.x) and ddprun's. A value quoted as a whole counts
+// without its quotes. A bad value is a ConfigError naming its key; an unknown key is not an error
+// (torchrun goes on too) but comes back as a warning naming the closest known key.
+std::vector<std::string> parseRendezvousConf(const std::string& text, LaunchConfig& cfg);
 
 }  // namespace ddprun

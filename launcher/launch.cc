@@ -173,7 +173,9 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
   // Our own session ends first; a hosted server then gives the other agents time to read the end
   // of the job before it stops.
   rendezvous.reset();
-  if (multiNode.server) multiNode.server->shutdown(std::chrono::seconds(2));
+  if (multiNode.server) {
+    multiNode.server->shutdown(std::chrono::milliseconds(static_cast<int64_t>(cfg.closeTimeoutSeconds * 1000)));
+  }
   // What the console still holds gets a bounded chance; a console nobody reads cannot keep ddprun
   // from exiting with the job's status.
   console->flush(std::chrono::seconds(2));

@@ -39,6 +39,9 @@ struct LaunchConfig {
   double joinTimeoutSeconds = 600;
   double lastCallTimeoutSeconds = 30;
   double heartbeatTimeoutSeconds = 5;
+  // torch's close_timeout: how long an agent that hosts the rendezvous waits, after its own end,
+  // for the other agents to read the end of the job before its server stops.
+  double closeTimeoutSeconds = 2;
   std::optional<bool> isHost;          // unset: host when the endpoint is a free local address
   std::string tokenFile;               // else DDPRUN_RDZV_TOKEN
   // TLS, torch's etcd keys for both backends (README "Security"): protocol=https, cacert (the CA

@@ -4,7 +4,9 @@
   --duplicate_stdout_filters / --duplicate_stderr_filters: tee'd lines holding any filter also go
     to <log dir>/attempt_<n>/filtered_{stdout,stderr}.log, prefixed, all ranks in one file;
   --event_log_handler=console: torchelastic status events as JSON lines (torch's Event format);
-  --logs_specs: accepted, a plugin name refused with exit 2; --numa_binding: a bad mode is exit 2.
+  --logs_specs: accepted, a plugin name refused with exit 2; --numa_binding: a bad mode is exit 2;
+  --rdzv_conf: every key torchrun's backends read, a value quoted as a whole as PyTorch's own tests
+    pass it, and an unknown key a warning naming the closest known key (torchrun goes on too).
 """
 
 import glob
@@ -100,6 +102,24 @@ class TorchRun2FlagsTest(DdprunTestCase):
             res = self.run_job(flags + ["/bin/true"], env=self.env())
             self.assert_exit(res, 2)
             self.assertIn(words, res.stderr, res.describe())
+
+    def test_rdzv_conf_takes_what_torchrun_takes(self):
+        # PyTorch's test_run.py passes the quotes as part of the value (no shell). It was exit 2,
+        # "unknown key ''join_timeout'" (issue #34, item 3).
+        quoted = "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'"
+        torch_keys = ("--rdzv_conf=read_timeout=60,close_timeout=3,keep_alive_interval=5,keep_alive_max_attempt=3,"
+                      "store_type=tcp,use_libuv=true")
+        for conf in (quoted, torch_keys):
+            res = self.run_job(["--standalone", "--nproc_per_node=2", conf, "--no_python", "/bin/true"], env=self.env())
+            self.assert_exit(res, 0)
+            self.assertNotIn("rdzv_conf", res.stderr, res.describe())
+        typo = self.run_job(["--standalone", "--rdzv_conf=join_timout=5", "--no_python", "/bin/true"], env=self.env())
+        self.assert_exit(typo, 0)
+        self.assertEqual(typo.stderr.count("unknown key 'join_timout' ignored (did you mean 'join_timeout'?)"), 1,
+                         typo.describe())
+        bad = self.run_job(["--standalone", "--rdzv_conf='timeout=soon'", "--no_python", "/bin/true"], env=self.env())
+        self.assert_exit(bad, 2)
+        self.assertIn("--rdzv_conf timeout 'soon'", bad.stderr, bad.describe())
 
 
 if __name__ == "__main__":
