@@ -3,13 +3,14 @@ finished on one node starts --finish_timeout on the other (RankFinished -> PeerF
 driver's notices in etcd), so seed 001 split over two nodes ends with 124 on both, with the waiting
 rank's Python stack. A real 3-member etcd cluster per test (etcd_testlib); torch 1.13 workers."""
 
+import os
 import re
 
 import unittest_main
 from etcd_testlib import EtcdTestBase
 from hang_workers import UNEVEN
 
-PYTHON = "/usr/bin/python3"
+PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"  # Debian's torch 1.13, or the torch 2.x tier's
 
 
 class EtcdHangsTest(EtcdTestBase):

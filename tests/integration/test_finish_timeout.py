@@ -13,10 +13,10 @@ import os
 import re
 
 import multinode_lib as ml
-from ddprun_testlib import DdprunTestCase, main
+from ddprun_testlib import PYTHON_EXEC, DdprunTestCase, main
 from hang_workers import UNEVEN
 
-PYTHON = "/usr/bin/python3"
+PYTHON = PYTHON_EXEC  # the interpreter with torch: Debian's 1.13, or the torch 2.x tier's (tests/torch2)
 
 # Rank 1 leaves at once; rank 0 runs an epilogue longer than the bound (a final checkpoint) and
 # says so with heartbeats: it must not be killed.

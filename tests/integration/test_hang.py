@@ -2,9 +2,9 @@
 restarted within the budget, or ddprun exits 124 naming the rank and its last step. The worker
 here speaks the SDK's heartbeat protocol ("RANK STEP" datagrams to DDPRUN_HEARTBEAT_SOCKET)."""
 
-from ddprun_testlib import DdprunTestCase, main
+from ddprun_testlib import PYTHON_EXEC, DdprunTestCase, main
 
-PYTHON = "/usr/bin/python3"
+PYTHON = PYTHON_EXEC  # the interpreter with torch: Debian's 1.13, or the torch 2.x tier's (tests/torch2)
 
 HEARTBEAT_WORKER = r'''
 import os, socket, sys, time

@@ -11,9 +11,9 @@ import time
 import uuid
 
 import ddprun
-from ddprun_testlib import DdprunTestCase, main
+from ddprun_testlib import PYTHON_EXEC, DdprunTestCase, main
 
-PYTHON = "/usr/bin/python3"
+PYTHON = PYTHON_EXEC  # the interpreter with torch: Debian's 1.13, or the torch 2.x tier's (tests/torch2)
 
 HUNG_IN_SECTION = r'''
 import os, time

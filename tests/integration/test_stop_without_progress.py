@@ -5,9 +5,9 @@ the heartbeat channel through the Python package (python/ddprun)."""
 
 import os
 
-from ddprun_testlib import DdprunTestCase, main
+from ddprun_testlib import PYTHON_EXEC, DdprunTestCase, main
 
-PYTHON = "/usr/bin/python3"
+PYTHON = PYTHON_EXEC  # the interpreter with torch: Debian's 1.13, or the torch 2.x tier's (tests/torch2)
 
 # Attempt N beats steps first..last (argv: "first:last" per attempt, the last pair repeating), then
 # fails with exit code 3. An empty range: it fails before any beat.
