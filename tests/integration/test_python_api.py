@@ -11,6 +11,7 @@ import time
 import uuid
 
 import ddprun
+from ddprun import _heartbeat  # the private names the tests reach into
 from ddprun_testlib import DdprunTestCase, main
 
 PYTHON = "/usr/bin/python3"
@@ -97,18 +98,18 @@ class PythonApiTest(DdprunTestCase):
         super().setUp()
         self.saved = {k: os.environ.get(k) for k in ("DDPRUN_HEARTBEAT_SOCKET", "RANK")}
         self.addCleanup(self.restore)
-        ddprun._channel = ddprun._Channel()  # a fresh channel per test (it caches the socket)
-        ddprun._channel.min_interval = 0  # every beat goes: the tests below check each one
+        _heartbeat._channel = _heartbeat._Channel()  # a fresh channel per test (it caches the socket)
+        _heartbeat._channel.min_interval = 0  # every beat goes: the tests below check each one
 
     def restore(self):
-        if ddprun._channel._sock is not None:
-            ddprun._channel._sock.close()
+        if _heartbeat._channel._sock is not None:
+            _heartbeat._channel._sock.close()
         for k, v in self.saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        ddprun._channel = ddprun._Channel()
+        _heartbeat._channel = _heartbeat._Channel()
 
     def test_outside_ddprun_every_call_does_nothing(self):
         os.environ.pop("DDPRUN_HEARTBEAT_SOCKET", None)
@@ -147,7 +148,7 @@ class PythonApiTest(DdprunTestCase):
         listener = Listener(self)
         os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
         os.environ["RANK"] = "2"
-        ddprun._channel.min_interval = 0.2
+        _heartbeat._channel.min_interval = 0.2
         ddprun.report_step(1, seconds=0.01)
         self.assertEqual(listener.next(), "2 1 time=0.010000\n")
         ddprun.report_step(2, seconds=0.02)  # too soon: not sent
@@ -187,8 +188,8 @@ class PythonApiTest(DdprunTestCase):
         ddprun.heartbeat(1)
         ddprun.heartbeat("not a step")  # ignored, not raised
         os.environ["RANK"] = "not a rank"
-        ddprun._channel._sock.close()
-        ddprun._channel = ddprun._Channel()
+        _heartbeat._channel._sock.close()
+        _heartbeat._channel = _heartbeat._Channel()
         self.assertFalse(ddprun.enabled())
         ddprun.heartbeat(2)
 
@@ -198,13 +199,13 @@ class PythonApiTest(DdprunTestCase):
         os.environ["RANK"] = "5"
         ddprun.heartbeat(1)
         self.assertEqual(listener.next(), "5 1\n")
-        parent_sock = ddprun._channel._sock
+        parent_sock = _heartbeat._channel._sock
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 ddprun.heartbeat(2)
-                code = 0 if ddprun._channel._sock is not parent_sock else 3
+                code = 0 if _heartbeat._channel._sock is not parent_sock else 3
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
