@@ -13,9 +13,9 @@ how far an attempt got (--stop_without_progress) and, with step times, which ran
 --hang_timeout, a rank whose beats stop for longer than the timeout is declared hung, with its last
 step and section, instead of waiting out a collective's own timeout (NCCL's is 10-30 minutes).
 Outside ddprun every call does nothing (enabled() says which). No call blocks or raises into
-training, and a beat costs at most one non-blocking send. Standard library only; the
-implementation is ddprun._heartbeat, whose names are private. ddprun.lightning has a PyTorch
-Lightning callback.
+training, and a beat costs at most one non-blocking send (each function's docstring says what it
+costs). Standard library only and typed (py.typed); the implementation is ddprun._heartbeat,
+whose names are private. ddprun.lightning has a PyTorch Lightning callback.
 """
 
 # The API alone: `dir(ddprun)` lists these four and the module's dunders (and `lightning` once
