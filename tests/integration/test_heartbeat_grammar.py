@@ -1,11 +1,12 @@
 """The heartbeat grammar (docs/heartbeat.md) as the Python package writes it: every row of the
 golden table (tests/data/heartbeat_golden.tsv) that a writer produces comes out of python/ddprun
-byte for byte, and the Lightning callback beats with its step time and opens the sections its
-docstring names. Needs neither the ddprun binary nor Lightning (a stand-in Callback base is
-installed for the callback's import)."""
+byte for byte, and the Lightning callback beats with its step time, opens the sections its
+docstring names, and is documented and typed. Needs neither the ddprun binary nor Lightning (a
+stand-in Callback base is installed for the callback's import)."""
 
 import contextlib
 import importlib
+import inspect
 import os
 import re
 import signal
@@ -180,6 +181,23 @@ class LightningCallbackTest(unittest.TestCase):
             self.assertIsNotNone(m)
             self.assertGreaterEqual(float(m.group(1)), 0.015)
             self.assertLess(float(m.group(1)), 5)
+
+    def test_the_callback_is_documented_and_annotated(self):
+        # A library people read: the class and each hook it defines say what they do, typed.
+        with fake_lightning() as dl:
+            cls = dl.DdprunCallback
+            self.assertTrue(inspect.getdoc(cls))
+            hooks = [n for n, v in vars(cls).items() if callable(v) and (not n.startswith("_") or n == "__init__")]
+            self.assertIn("on_train_batch_end", hooks)
+            for name in hooks:
+                with self.subTest(hook=name):
+                    fn = getattr(cls, name)
+                    if name != "__init__":
+                        self.assertTrue(fn.__doc__, "no docstring")
+                    sig = inspect.signature(fn)
+                    self.assertIsNot(sig.return_annotation, inspect.Signature.empty, "no return type")
+                    for p in list(sig.parameters.values())[1:]:  # all but self
+                        self.assertIsNot(p.annotation, inspect.Parameter.empty, "parameter %s" % p.name)
 
     def test_validation_and_checkpoint_saving_are_sections(self):
         channel = Channel(self, "0", address=True)

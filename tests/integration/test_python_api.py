@@ -1,13 +1,18 @@
-"""The Python worker API (python/ddprun): heartbeats on the SDK's channel, sections, no-ops outside
-ddprun, never blocking or raising into training; and end to end, a Python rank that stops beating
-inside a section is declared hung under --hang_timeout and named with its section."""
+"""The Python worker API (python/ddprun): its namespace is the API alone, typed and documented, and
+importing it imports only the standard library; heartbeats on the SDK's channel, sections, no-ops
+outside ddprun, never blocking or raising into training; and end to end, a Python rank that stops
+beating inside a section is declared hung under --hang_timeout and named with its section."""
 
+import inspect
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+import typing
+import unittest
 import uuid
 
 import ddprun
@@ -74,6 +79,70 @@ for step in range(10):
     dist.all_reduce(t)
     time.sleep(0.02)
 '''
+
+
+API = {"enabled", "heartbeat", "report_step", "section"}
+
+
+def in_fresh_python(code):
+    """`code`'s stdout, run by a new interpreter that finds this ddprun: what importing it does is not
+    hidden by what this process imported already."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(ddprun.__file__)))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise AssertionError("the child failed: %s" % r.stderr)
+    return r.stdout
+
+
+class PackageSurfaceTest(unittest.TestCase):
+    """What a reader, an IDE and a type checker see of `import ddprun` (issue #34 item 5)."""
+
+    def test_the_namespace_is_the_api_alone(self):
+        # A fresh interpreter: here, other tests' imports (ddprun.lightning) would add names.
+        names = json.loads(in_fresh_python(
+            "import json, types, ddprun\n"
+            "print(json.dumps({n: isinstance(getattr(ddprun, n), types.ModuleType) for n in dir(ddprun)}))"))
+        public = {n for n in names if not (n.startswith("__") and n.endswith("__"))}
+        self.assertEqual(public, API)  # no os, re, socket, ... and no _heartbeat
+        self.assertEqual([n for n in public if names[n]], [], "modules among ddprun's attributes")
+
+    def test_all_and_star_import_are_the_api(self):
+        self.assertEqual(sorted(ddprun.__all__), sorted(API))
+        namespace = {}
+        exec("from ddprun import *", namespace)
+        self.assertEqual(set(namespace) - {"__builtins__"}, API)
+
+    def test_the_package_is_typed(self):
+        # PEP 561: without py.typed, type checkers ignore an installed package's annotations.
+        self.assertTrue(os.path.isfile(os.path.join(os.path.dirname(ddprun.__file__), "py.typed")))
+
+    def test_every_public_call_is_documented_and_annotated(self):
+        for name in sorted(API):
+            with self.subTest(name=name):
+                fn = getattr(ddprun, name)
+                self.assertTrue(callable(fn))
+                self.assertTrue(inspect.getdoc(fn), "no docstring")
+                sig = inspect.signature(fn)  # section: the generator's, through __wrapped__
+                self.assertIsNot(sig.return_annotation, inspect.Signature.empty, "no return type")
+                for p in sig.parameters.values():
+                    self.assertIsNot(p.annotation, inspect.Parameter.empty, "parameter %s" % p.name)
+                typing.get_type_hints(fn)  # the hints resolve at run time too (no dangling names)
+
+    def test_importing_it_imports_the_standard_library_only(self):
+        # Every training script imports ddprun: it must not pull torch, numpy or Lightning in.
+        if sys.version_info < (3, 10):
+            self.skipTest("sys.stdlib_module_names is Python 3.10+")
+        new = json.loads(in_fresh_python(
+            "import json, sys\n"
+            "before = set(sys.modules)\n"
+            "import ddprun\n"
+            "print(json.dumps(sorted(set(sys.modules) - before)))"))
+        self.assertIn("ddprun", new)  # the snapshot saw the import
+        for top in ("torch", "numpy", "lightning", "pytorch_lightning"):
+            self.assertNotIn(top, new)
+        self.assertNotIn("ddprun.lightning", new)
+        others = [m for m in new if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "ddprun"]
+        self.assertEqual(others, [], "not from the standard library")
 
 
 class Listener:
