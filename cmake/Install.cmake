@@ -84,9 +84,10 @@ file(RELATIVE_PATH DDPRUN_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig
 configure_file(cmake/ddprun.pc.in ${CMAKE_BINARY_DIR}/ddprun.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/ddprun.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT sdk)
 
-# The worker API for Python, where Debian's python3 finds packages.
+# The worker API for Python, where Debian's python3 finds packages; py.typed tells type checkers
+# to use its annotations (PEP 561).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun DESTINATION lib/python3/dist-packages COMPONENT python
-        FILES_MATCHING PATTERN "*.py")
+        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed")
 
 # The .deb: scripts/package.sh runs `cpack -G DEB` in a Release build without NCCL (the package
 # installs on a Debian 12 with no CUDA). Depends from dpkg-shlibdeps, plus python3 for the worker API.

@@ -39,7 +39,8 @@ class CmakeInstallTest(unittest.TestCase):
         for path in ("bin/ddprun", "bin/ddprun-multinode", "bin/ddprun-watchdog", "bin/ddprun-rdzv",
                      "lib/libddp.a", "lib/cmake/ddprun/ddprunConfig.cmake", "lib/cmake/ddprun/ddprunConfigVersion.cmake",
                      "lib/pkgconfig/ddprun.pc", "include/ddprun/worker_sdk/ddp.h", "include/ddprun/common/error.h",
-                     "lib/python3/dist-packages/ddprun/__init__.py"):
+                     "lib/python3/dist-packages/ddprun/__init__.py",
+                     "lib/python3/dist-packages/ddprun/py.typed"):  # type checkers use its annotations
             self.assertTrue(os.path.exists(os.path.join(self.prefix, path)), path)
         self.assertTrue(glob.glob(os.path.join(self.prefix, "lib/libddp.so*")))
         out = run([os.path.join(self.prefix, "bin/ddprun"), "--version"]).stdout

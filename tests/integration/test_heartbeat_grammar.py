@@ -1,11 +1,12 @@
 """The heartbeat grammar (docs/heartbeat.md) as the Python package writes it: every row of the
 golden table (tests/data/heartbeat_golden.tsv) that a writer produces comes out of python/ddprun
-byte for byte, and the Lightning callback beats with its step time and opens the sections its
-docstring names. Needs neither the ddprun binary nor Lightning (a stand-in Callback base is
-installed for the callback's import)."""
+byte for byte, and the Lightning callback beats with its step time, opens the sections its
+docstring names, and is documented and typed. Needs neither the ddprun binary nor Lightning (a
+stand-in Callback base is installed for the callback's import)."""
 
 import contextlib
 import importlib
+import inspect
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import types
 import unittest
 
 import ddprun
+from ddprun import _heartbeat  # the private names the tests reach into
 import heartbeat_golden
 from unittest_main import main
 
@@ -42,8 +44,8 @@ class Channel:
         self.agent.settimeout(5)
         test.addCleanup(self.agent.close)
         os.environ["RANK"] = rank
-        ddprun._channel = ddprun._Channel()
-        ddprun._channel.min_interval = 0
+        _heartbeat._channel = _heartbeat._Channel()
+        _heartbeat._channel.min_interval = 0
         test.addCleanup(self._close_channel)
 
     def next(self):
@@ -51,9 +53,9 @@ class Channel:
 
     @staticmethod
     def _close_channel():
-        if ddprun._channel._sock is not None:
-            ddprun._channel._sock.close()
-        ddprun._channel = ddprun._Channel()
+        if _heartbeat._channel._sock is not None:
+            _heartbeat._channel._sock.close()
+        _heartbeat._channel = _heartbeat._Channel()
 
     @staticmethod
     def _restore(saved):
@@ -70,7 +72,7 @@ class GoldenTableTest(unittest.TestCase):
         self.assertGreater(len(rows), 5)
         for row in rows:
             with self.subTest(row=row.line):
-                self.assertEqual(ddprun._format(row.rank, row.step, row.input_section_clean(), row.input_seconds()),
+                self.assertEqual(_heartbeat._format(row.rank, row.step, row.input_section_clean(), row.input_seconds()),
                                  row.datagram)
 
     def test_the_api_sends_every_written_row_on_the_channel(self):
@@ -78,13 +80,13 @@ class GoldenTableTest(unittest.TestCase):
             with self.subTest(row=row.line):
                 channel = Channel(self, str(row.rank))
                 if row.input_section is not None:  # as inside `with ddprun.section(...)`
-                    ddprun._channel.sections.append(ddprun._clean_section(row.input_section))
+                    _heartbeat._channel.sections.append(_heartbeat._clean_section(row.input_section))
                 ddprun.report_step(row.step, row.input_seconds_raw())
                 self.assertEqual(channel.next(), row.datagram)
 
     def test_bounds_agree_with_the_table(self):
-        self.assertEqual(ddprun._MAX_SECTION, heartbeat_golden.MAX_SECTION)
-        self.assertEqual(ddprun._MAX_STEP_SECONDS, heartbeat_golden.MAX_STEP_SECONDS)
+        self.assertEqual(_heartbeat._MAX_SECTION, heartbeat_golden.MAX_SECTION)
+        self.assertEqual(_heartbeat._MAX_STEP_SECONDS, heartbeat_golden.MAX_STEP_SECONDS)
 
 
 class TransportTest(unittest.TestCase):
@@ -98,7 +100,7 @@ class TransportTest(unittest.TestCase):
         self.assertEqual(by_address.next(), "4 5\n")
         os.environ["DDPRUN_HEARTBEAT_FD"] = "not a number"
         Channel._close_channel()
-        ddprun._channel.min_interval = 0
+        _heartbeat._channel.min_interval = 0
         ddprun.report_step(6)
         self.assertEqual(by_address.next(), "4 6\n")
         pair = Channel(self, "4")
@@ -120,13 +122,13 @@ class TransportTest(unittest.TestCase):
         channel = Channel(self, "5")
         ddprun.heartbeat(1)
         self.assertEqual(channel.next(), "5 1\n")
-        parent = ddprun._channel._sock
+        parent = _heartbeat._channel._sock
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 ddprun.heartbeat(2)
-                code = 0 if ddprun._channel._sock is not parent else 3
+                code = 0 if _heartbeat._channel._sock is not parent else 3
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
@@ -179,6 +181,23 @@ class LightningCallbackTest(unittest.TestCase):
             self.assertIsNotNone(m)
             self.assertGreaterEqual(float(m.group(1)), 0.015)
             self.assertLess(float(m.group(1)), 5)
+
+    def test_the_callback_is_documented_and_annotated(self):
+        # A library people read: the class and each hook it defines say what they do, typed.
+        with fake_lightning() as dl:
+            cls = dl.DdprunCallback
+            self.assertTrue(inspect.getdoc(cls))
+            hooks = [n for n, v in vars(cls).items() if callable(v) and (not n.startswith("_") or n == "__init__")]
+            self.assertIn("on_train_batch_end", hooks)
+            for name in hooks:
+                with self.subTest(hook=name):
+                    fn = getattr(cls, name)
+                    if name != "__init__":
+                        self.assertTrue(fn.__doc__, "no docstring")
+                    sig = inspect.signature(fn)
+                    self.assertIsNot(sig.return_annotation, inspect.Signature.empty, "no return type")
+                    for p in list(sig.parameters.values())[1:]:  # all but self
+                        self.assertIsNot(p.annotation, inspect.Parameter.empty, "parameter %s" % p.name)
 
     def test_validation_and_checkpoint_saving_are_sections(self):
         channel = Channel(self, "0", address=True)

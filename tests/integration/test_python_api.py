@@ -1,16 +1,22 @@
-"""The Python worker API (python/ddprun): heartbeats on the SDK's channel, sections, no-ops outside
-ddprun, never blocking or raising into training; and end to end, a Python rank that stops beating
-inside a section is declared hung under --hang_timeout and named with its section."""
+"""The Python worker API (python/ddprun): its namespace is the API alone, typed and documented, and
+importing it imports only the standard library; heartbeats on the SDK's channel, sections, no-ops
+outside ddprun, never blocking or raising into training; and end to end, a Python rank that stops
+beating inside a section is declared hung under --hang_timeout and named with its section."""
 
+import inspect
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+import typing
+import unittest
 import uuid
 
 import ddprun
+from ddprun import _heartbeat  # the private names the tests reach into
 from ddprun_testlib import PYTHON_EXEC, DdprunTestCase, main
 
 PYTHON = PYTHON_EXEC  # the interpreter with torch: Debian's 1.13, or the torch 2.x tier's (tests/torch2)
@@ -75,6 +81,70 @@ for step in range(10):
 '''
 
 
+API = {"enabled", "heartbeat", "report_step", "section"}
+
+
+def in_fresh_python(code):
+    """`code`'s stdout, run by a new interpreter that finds this ddprun: what importing it does is not
+    hidden by what this process imported already."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(ddprun.__file__)))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise AssertionError("the child failed: %s" % r.stderr)
+    return r.stdout
+
+
+class PackageSurfaceTest(unittest.TestCase):
+    """What a reader, an IDE and a type checker see of `import ddprun` (issue #34 item 5)."""
+
+    def test_the_namespace_is_the_api_alone(self):
+        # A fresh interpreter: here, other tests' imports (ddprun.lightning) would add names.
+        names = json.loads(in_fresh_python(
+            "import json, types, ddprun\n"
+            "print(json.dumps({n: isinstance(getattr(ddprun, n), types.ModuleType) for n in dir(ddprun)}))"))
+        public = {n for n in names if not (n.startswith("__") and n.endswith("__"))}
+        self.assertEqual(public, API)  # no os, re, socket, ... and no _heartbeat
+        self.assertEqual([n for n in public if names[n]], [], "modules among ddprun's attributes")
+
+    def test_all_and_star_import_are_the_api(self):
+        self.assertEqual(sorted(ddprun.__all__), sorted(API))
+        namespace = {}
+        exec("from ddprun import *", namespace)
+        self.assertEqual(set(namespace) - {"__builtins__"}, API)
+
+    def test_the_package_is_typed(self):
+        # PEP 561: without py.typed, type checkers ignore an installed package's annotations.
+        self.assertTrue(os.path.isfile(os.path.join(os.path.dirname(ddprun.__file__), "py.typed")))
+
+    def test_every_public_call_is_documented_and_annotated(self):
+        for name in sorted(API):
+            with self.subTest(name=name):
+                fn = getattr(ddprun, name)
+                self.assertTrue(callable(fn))
+                self.assertTrue(inspect.getdoc(fn), "no docstring")
+                sig = inspect.signature(fn)  # section: the generator's, through __wrapped__
+                self.assertIsNot(sig.return_annotation, inspect.Signature.empty, "no return type")
+                for p in sig.parameters.values():
+                    self.assertIsNot(p.annotation, inspect.Parameter.empty, "parameter %s" % p.name)
+                typing.get_type_hints(fn)  # the hints resolve at run time too (no dangling names)
+
+    def test_importing_it_imports_the_standard_library_only(self):
+        # Every training script imports ddprun: it must not pull torch, numpy or Lightning in.
+        if sys.version_info < (3, 10):
+            self.skipTest("sys.stdlib_module_names is Python 3.10+")
+        new = json.loads(in_fresh_python(
+            "import json, sys\n"
+            "before = set(sys.modules)\n"
+            "import ddprun\n"
+            "print(json.dumps(sorted(set(sys.modules) - before)))"))
+        self.assertIn("ddprun", new)  # the snapshot saw the import
+        for top in ("torch", "numpy", "lightning", "pytorch_lightning"):
+            self.assertNotIn(top, new)
+        self.assertNotIn("ddprun.lightning", new)
+        others = [m for m in new if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "ddprun"]
+        self.assertEqual(others, [], "not from the standard library")
+
+
 class Listener:
     """An abstract unix datagram socket standing in for the agent's."""
 
@@ -97,18 +167,18 @@ class PythonApiTest(DdprunTestCase):
         super().setUp()
         self.saved = {k: os.environ.get(k) for k in ("DDPRUN_HEARTBEAT_SOCKET", "RANK")}
         self.addCleanup(self.restore)
-        ddprun._channel = ddprun._Channel()  # a fresh channel per test (it caches the socket)
-        ddprun._channel.min_interval = 0  # every beat goes: the tests below check each one
+        _heartbeat._channel = _heartbeat._Channel()  # a fresh channel per test (it caches the socket)
+        _heartbeat._channel.min_interval = 0  # every beat goes: the tests below check each one
 
     def restore(self):
-        if ddprun._channel._sock is not None:
-            ddprun._channel._sock.close()
+        if _heartbeat._channel._sock is not None:
+            _heartbeat._channel._sock.close()
         for k, v in self.saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        ddprun._channel = ddprun._Channel()
+        _heartbeat._channel = _heartbeat._Channel()
 
     def test_outside_ddprun_every_call_does_nothing(self):
         os.environ.pop("DDPRUN_HEARTBEAT_SOCKET", None)
@@ -147,7 +217,7 @@ class PythonApiTest(DdprunTestCase):
         listener = Listener(self)
         os.environ["DDPRUN_HEARTBEAT_SOCKET"] = listener.name
         os.environ["RANK"] = "2"
-        ddprun._channel.min_interval = 0.2
+        _heartbeat._channel.min_interval = 0.2
         ddprun.report_step(1, seconds=0.01)
         self.assertEqual(listener.next(), "2 1 time=0.010000\n")
         ddprun.report_step(2, seconds=0.02)  # too soon: not sent
@@ -187,8 +257,8 @@ class PythonApiTest(DdprunTestCase):
         ddprun.heartbeat(1)
         ddprun.heartbeat("not a step")  # ignored, not raised
         os.environ["RANK"] = "not a rank"
-        ddprun._channel._sock.close()
-        ddprun._channel = ddprun._Channel()
+        _heartbeat._channel._sock.close()
+        _heartbeat._channel = _heartbeat._Channel()
         self.assertFalse(ddprun.enabled())
         ddprun.heartbeat(2)
 
@@ -198,13 +268,13 @@ class PythonApiTest(DdprunTestCase):
         os.environ["RANK"] = "5"
         ddprun.heartbeat(1)
         self.assertEqual(listener.next(), "5 1\n")
-        parent_sock = ddprun._channel._sock
+        parent_sock = _heartbeat._channel._sock
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 ddprun.heartbeat(2)
-                code = 0 if ddprun._channel._sock is not parent_sock else 3
+                code = 0 if _heartbeat._channel._sock is not parent_sock else 3
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)

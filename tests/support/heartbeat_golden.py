@@ -65,8 +65,8 @@ class Row:
                     self._seconds_raw = value
 
     def input_section_clean(self):
-        import ddprun
-        return None if self.input_section is None else ddprun._clean_section(self.input_section)
+        from ddprun import _heartbeat
+        return None if self.input_section is None else _heartbeat._clean_section(self.input_section)
 
     def input_seconds_raw(self):
         """The seconds as the API is called with them (a number, or text a caller passed)."""
@@ -79,8 +79,8 @@ class Row:
         return v
 
     def input_seconds(self):
-        import ddprun
-        return ddprun._clean_seconds(self.input_seconds_raw())
+        from ddprun import _heartbeat
+        return _heartbeat._clean_seconds(self.input_seconds_raw())
 
 
 def rows():
