@@ -140,6 +140,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
   cfg.masterPortGiven = flagGiven(app, "master_port");
   cfg.signalsToHandle = parseSignals(text("signals_to_handle"));
+  cfg.signalsToHandleText = std::string(trim(text("signals_to_handle")));
   checkStartMethod(text("start_method"));
   cfg.log.redirects = StreamSpec::parse(text("redirects"), "--redirects");
   cfg.log.tee = StreamSpec::parse(text("tee"), "--tee");

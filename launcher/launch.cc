@@ -77,6 +77,8 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.rdzvBackend = cfg.standalone || cfg.rdzvBackend == RdzvBackend::kGrpc ? "c10d" : backendName(cfg.rdzvBackend);
   o.localRankArgAt = cfg.localRankArgAt;
   o.inherited = Environment::fromCurrentProcess();
+  // torchrun 2.x puts its --signals_to_handle into its own environment, so its workers inherit it.
+  o.inherited.set("TORCHELASTIC_SIGNALS_TO_HANDLE", cfg.signalsToHandleText);
   o.nprocPerNode = cfg.nprocPerNode;
   o.role = cfg.role;
   o.maxRestarts = cfg.maxRestarts;

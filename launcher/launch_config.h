@@ -76,6 +76,7 @@ struct LaunchConfig {
   int stopWithoutProgress = 0;
   int excludeNodeAfter = 0;     // a rule of the job (RendezvousRules): failures that exclude a host  // K restarts in a row without progress end the job; 0 = off
   std::vector<int> signalsToHandle;
+  std::string signalsToHandleText;  // as given: workers get it as TORCHELASTIC_SIGNALS_TO_HANDLE
 
   // Logs
   LogOptions log;

@@ -1,23 +1,29 @@
 """Workers get torchrun's environment contract from ddprun (DESIGN.md section 4).
 
 The same worker (workers/dump_env.py: writes its environment to a JSON file per rank) runs under
-Debian's torchrun and under ddprun with the same flags, the same inherited environment and the
+the torchrun of the same torch (Debian's 1.13, or the torch 2.x tier's) and under ddprun with the same flags, the same inherited environment and the
 same TMPDIR, in two modes:
   standalone: --standalone --nproc_per_node=2
   static:     --nproc_per_node=2 --master_port=<a free port> --max_restarts=2 --role=trainer
 and the two environments are compared variable by variable:
   - every contract variable is set by both;
   - deterministic values are identical (ranks, sizes, role, MASTER_ADDR, restart counts, the
-    static MASTER_PORT and run id "none", OMP_NUM_THREADS, NCCL_ASYNC_ERROR_HANDLING);
+    static MASTER_PORT and run id "none", OMP_NUM_THREADS, and the async error handling variable
+    torchrun sets: NCCL_ASYNC_ERROR_HANDLING for torch 1.x, TORCH_NCCL_ASYNC_ERROR_HANDLING for 2.x);
   - values that are random per run have torchrun's shape: the standalone run id is a UUID (version
     4, as torchrun's uuid.uuid4()), the standalone MASTER_PORT a valid port shared by the ranks,
-    TORCHELASTIC_ERROR_FILE an absolute path .../attempt_0/<local rank>/error.json under TMPDIR;
+    TORCHELASTIC_ERROR_FILE an absolute path .../attempt_0/<local rank>/error.json under TMPDIR
+    (ddprun's own temporary run folder, where no rank's logs go to files, is flat instead:
+    .../attempt_0.<local rank>.error.json, README "Failure summary"; torch 1.13's quirk flags
+    below send logs to files, so there both layouts are torchrun's);
   - every other difference is one of the intended ones, asserted explicitly below:
-      TORCHELASTIC_USE_AGENT_STORE is "False" under ddprun in both modes (torchrun's static mode
-        says "True" because its agent hosts a TCPStore at MASTER_PORT; ddprun's agent hosts
-        none there, PyTorch's rank 0 does);
-      ddprun adds TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (the newer name of NCCL_ASYNC_ERROR_HANDLING)
-        and DDPRUN_ROUND=1 (rounds count from 1 in every mode);
+      TORCHELASTIC_USE_AGENT_STORE is "False" under ddprun in both modes (torchrun 1.x's static
+        mode and 2.x's both modes say "True" because its agent hosts a TCPStore at MASTER_PORT;
+        ddprun's agent hosts none there, PyTorch's rank 0 does);
+      ddprun sets both NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (the
+        name torch 2.x reads), where torchrun sets its own version's name only, and DDPRUN_ROUND=1 (rounds count from 1 in every mode);
+      TORCHELASTIC_SIGNALS_TO_HANDLE (torchrun 2.x's too) holds ddprun's default list, which adds
+        SIGUSR1,SIGUSR2 to torchrun's;
       ddprun adds one DDPRUN_JOB_<16 hex digits>=1, the marker by which its watchdog finds every
         process of the job (not listed in DESIGN.md section 4);
       ddprun may add DDPRUN_STORE_ADDR/DDPRUN_STORE_PREFIX (section 4) once it hosts a store.
@@ -33,13 +39,17 @@ import uuid
 import e2e_lib
 from e2e_lib import Launcher, read_json, worker
 
+# torchrun 1.x sets NCCL_ASYNC_ERROR_HANDLING, 2.x the newer TORCH_NCCL_ASYNC_ERROR_HANDLING only;
+# ddprun sets both (README "Environment"), so the other name is one of its intended additions.
+TORCH1 = e2e_lib.torch_version().startswith("1.")
+ASYNC_NAME, OTHER_ASYNC_NAME = (("NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING") if TORCH1 else
+                                ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"))
 CONTRACT = ("RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK "
             "ROLE_WORLD_SIZE ROLE_NAME MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT "
-            "TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_ERROR_FILE OMP_NUM_THREADS "
-            "NCCL_ASYNC_ERROR_HANDLING").split()
+            "TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_ERROR_FILE OMP_NUM_THREADS").split() + [ASYNC_NAME]
 DETERMINISTIC = ("RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK "
                  "ROLE_WORLD_SIZE ROLE_NAME MASTER_ADDR TORCHELASTIC_RESTART_COUNT "
-                 "TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS NCCL_ASYNC_ERROR_HANDLING").split()
+                 "TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS").split() + [ASYNC_NAME]
 # Random per run in standalone mode, fixed by the flags in static mode.
 PER_RUN = ("MASTER_PORT", "TORCHELASTIC_RUN_ID")
 # Values that are expected to differ whatever the mode (checked for shape instead).
@@ -132,7 +142,7 @@ class EnvContractTest(unittest.TestCase):
                                  ("0", "1", str(rank), str(NPROC)))
                 self.assertEqual(d["TORCHELASTIC_RESTART_COUNT"], "0")
                 self.assertEqual(d["OMP_NUM_THREADS"], "1")
-                self.assertEqual(d["NCCL_ASYNC_ERROR_HANDLING"], "1")
+                self.assertEqual((d["NCCL_ASYNC_ERROR_HANDLING"], d["TORCH_NCCL_ASYNC_ERROR_HANDLING"]), ("1", "1"))
                 if mode == "static":
                     self.assertEqual((d["ROLE_NAME"], d["TORCHELASTIC_MAX_RESTARTS"]), ("trainer", "2"))
                     self.assertEqual((d["MASTER_PORT"], d["TORCHELASTIC_RUN_ID"]), (str(self.static_port), "none"))
@@ -171,7 +181,10 @@ class EnvContractTest(unittest.TestCase):
                 for name, path in paths.items():
                     self.assertTrue(os.path.isabs(path), "%s: %s" % (name, path))
                     self.assertTrue(path.startswith(tmpdir + os.sep), "%s: %s is not under TMPDIR" % (name, path))
-                    self.assertEqual(path.split(os.sep)[-3:], ["attempt_0", str(rank), "error.json"], name)
+                    if name == "ddprun" and not e2e_lib.TORCHRUN_QUIRK_FLAGS:  # no logs to files: flat
+                        self.assertEqual(os.path.basename(path), "attempt_0.%d.error.json" % rank, name)
+                    else:
+                        self.assertEqual(path.split(os.sep)[-3:], ["attempt_0", str(rank), "error.json"], name)
                 self.assertEqual(self.probes["ddprun", mode, rank]["error_file_dir_exists"],
                                  self.probes["torchrun", mode, rank]["error_file_dir_exists"],
                                  "the error file's folder exists for the worker under one launcher only")
@@ -184,10 +197,10 @@ class EnvContractTest(unittest.TestCase):
         for mode, rank in CASES:
             with self.subTest(mode=mode, rank=rank):
                 t, d = self.pair(mode, rank)
-                # USE_AGENT_STORE: torchrun's agent hosts the store in static mode only; ddprun never.
-                self.assertEqual(t["TORCHELASTIC_USE_AGENT_STORE"], "True" if mode == "static" else "False")
+                # USE_AGENT_STORE: torchrun 1.x's agent hosts the store in static mode only, 2.x's in
+                # both (its c10d rendezvous shares its TCPStore with the workers); ddprun's never.
+                self.assertEqual(t["TORCHELASTIC_USE_AGENT_STORE"], "True" if mode == "static" or not TORCH1 else "False")
                 self.assertEqual(d["TORCHELASTIC_USE_AGENT_STORE"], "False")
-                self.assertEqual(d.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1")
                 self.assertEqual(d.get("DDPRUN_ROUND"), "1")
                 job_markers = [k for k in d if k.startswith("DDPRUN_JOB_")]
                 self.assertEqual(len(job_markers), 1, job_markers)
@@ -203,8 +216,14 @@ class EnvContractTest(unittest.TestCase):
                 self.assertEqual(d.get("PYTHONFAULTHANDLER"), "1")
                 self.assertRegex(d.get("DDPRUN_HEARTBEAT_SOCKET", ""), r"^@ddprun-hb-\d+-\d+$")
                 self.assertRegex(d.get("DDPRUN_HEARTBEAT_FD", ""), r"^\d+$")
-                self.assertTrue(d.get("DDPRUN_FLIGHT_RECORDER", "").endswith("/flight_recorder"), d)
-                expected_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND", job_markers[0],
+                self.assertRegex(d.get("DDPRUN_FLIGHT_RECORDER", ""), r"[/.]flight_recorder$")
+                # --signals_to_handle's list (torchrun 2.x sets it too; ddprun's default adds
+                # SIGUSR1,SIGUSR2, README "--signals_to_handle").
+                self.assertEqual(d.get("TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2")
+                if not TORCH1:
+                    self.assertEqual(t.get("TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
+                expected_extra = {"TORCHELASTIC_SIGNALS_TO_HANDLE"} if TORCH1 else set()
+                expected_extra |= {OTHER_ASYNC_NAME, "DDPRUN_ROUND", job_markers[0],
                                   "PYTHONFAULTHANDLER", "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_HEARTBEAT_FD",
                                   "DDPRUN_FLIGHT_RECORDER"}
                 self.assertEqual(only_torchrun, [], "set by torchrun only")
@@ -212,10 +231,10 @@ class EnvContractTest(unittest.TestCase):
                                  "set by ddprun only")
                 for k in only_ddprun & OPTIONAL_DDPRUN_KEYS:
                     self.assertTrue(d[k], k)
-                self.assertNotIn("TORCH_NCCL_ASYNC_ERROR_HANDLING", t)
+                self.assertNotIn(OTHER_ASYNC_NAME, t)
 
                 # Everything else, inherited variables included, is identical.
-                random_keys = {e2e_lib.MARKER}  # the tests' own per-run marker (see e2e_lib)
+                random_keys = {e2e_lib.MARKER, "TORCHELASTIC_SIGNALS_TO_HANDLE"}  # the tests' own marker; checked above
                 random_keys |= set(PER_RUN_ALWAYS) | (set(PER_RUN) if mode == "standalone" else set())
                 differing = sorted(k for k in set(t) & set(d) if t[k] != d[k] and k not in random_keys)
                 self.assertEqual(differing, [], {k: (t[k], d[k]) for k in differing})

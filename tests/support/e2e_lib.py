@@ -12,6 +12,7 @@ Every launcher run gets:
 The launcher's stdout and stderr go to files, never pipes, so a leaked worker cannot hang a test.
 """
 
+import functools
 import json
 import os
 import re
@@ -35,10 +36,23 @@ DDP_TRAIN = os.path.join(EXAMPLES, "ddp_train.py")
 BIN_DIR = os.environ.get("DDPRUN_BIN") or os.path.join(REPO, "build", "bin")
 DDPRUN = os.path.join(BIN_DIR, "ddprun")
 PYTHON_EXEC = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
-TORCHRUN = "/usr/bin/torchrun"
-# Debian's torchrun 1.13 under Python 3.11 crashes on its default `--redirects 0`; a map that
-# names a local rank that does not exist leaves every real rank's output alone.
-TORCHRUN_QUIRK_FLAGS = ["--redirects", "9:1", "--tee", "9:1"]
+# The torchrun of PYTHON_EXEC's torch (Debian's 1.13, or the torch 2.x tier's), the peer ddprun is
+# compared with.
+TORCHRUN = [PYTHON_EXEC, "-m", "torch.distributed.run"]
+
+
+@functools.lru_cache(maxsize=None)
+def torch_version(python=PYTHON_EXEC):
+    """The version of `python`'s torch, read from its metadata (no import of torch: milliseconds)."""
+    out = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True, timeout=60)
+    return out.stdout.strip()
+
+
+# Debian's torchrun 1.13 under Python 3.11 crashes on its default `--redirects 0`
+# (pytorch/pytorch#92319); a map that names a local rank that does not exist leaves every real
+# rank's output alone. torch 2.x needs nothing.
+TORCHRUN_QUIRK_FLAGS = ["--redirects", "9:1", "--tee", "9:1"] if torch_version().startswith("1.") else []
 
 MARKER = "E2E_MARKER"
 RUN_TIMEOUT_S = 90
@@ -145,15 +159,15 @@ class Launcher:
         return self.launch([DDPRUN] + list(flags) + [program] + list(args), env, timeout)
 
     def torchrun(self, flags, program, args=(), env=None, timeout=RUN_TIMEOUT_S):
-        return self.launch([TORCHRUN] + TORCHRUN_QUIRK_FLAGS + list(flags) + [program] + list(args), env, timeout)
+        return self.launch(TORCHRUN + TORCHRUN_QUIRK_FLAGS + list(flags) + [program] + list(args), env, timeout)
 
 
 def check_binaries():
     """Returns what is missing, or None; tests fail (never skip) on it."""
     if not os.access(DDPRUN, os.X_OK):
         return "ddprun not built at %s (set DDPRUN_BIN)" % DDPRUN
-    if not os.access(TORCHRUN, os.X_OK):
-        return "torchrun not found at %s" % TORCHRUN
+    if not torch_version():
+        return "no torch for %s (PYTHON_EXEC), so no torchrun to compare with" % PYTHON_EXEC
     return None
 
 
