@@ -1,6 +1,7 @@
 #include "launcher/nproc.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -58,9 +59,17 @@ int countIntelGpus() {
   return n;
 }
 
+// The CPUs this process may run on (taskset, a cpuset cgroup), as torch 2.x counts them for
+// auto/cpu (torch._utils.cpu_count); the online CPUs when the mask cannot be read.
+int countUsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 DeviceCounts systemDeviceCounts() {
-  return DeviceCounts{countCudaDevices, [] { return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)); },
-                      countIntelGpus};
+  return DeviceCounts{countCudaDevices, countUsableCpus, countIntelGpus, [] { return std::getenv("ZE_AFFINITY_MASK") != nullptr; }};
 }
 
 int resolveNprocPerNode(const std::string& value, const DeviceCounts& counts) {
@@ -76,8 +85,16 @@ int resolveNprocPerNode(const std::string& value, const DeviceCounts& counts) {
     return xpus;
   }
   if (value == "auto") {
+    // torch 2.x: its accelerator's devices, else the CPUs. Its accelerator is CUDA in a CUDA
+    // build, XPU in an XPU build; ddprun cannot tell the workers' build, so Intel GPUs count only
+    // when ZE_AFFINITY_MASK names them (a machine's integrated GPU must not turn auto into 1).
     int gpus = counts.gpus();
-    return gpus > 0 ? gpus : counts.cpus();
+    if (gpus > 0) return gpus;
+    if (counts.xpusChosen && counts.xpusChosen() && counts.xpus) {
+      int xpus = counts.xpus();
+      if (xpus > 0) return xpus;
+    }
+    return counts.cpus();
   }
   auto n = parseInt(value);
   if (!n) throw ConfigError("--nproc_per_node '" + value + "': expected a number, auto, cpu, gpu or xpu");

@@ -243,6 +243,19 @@ class TestRunPy(ConformanceTest):
         self.check_nproc("auto", len(os.sched_getaffinity(0)), "--nproc-per-node", self.nproc_tail(),
                          env=self.NO_ACCELERATOR)
 
+    # PyTorch: test_run.py::test_nproc_launch_auto_configurations, with the affinity narrowed (as
+    # taskset or a cpuset does): torch 2.x counts only the CPUs the process may run on, and so does
+    # ddprun. It counted the online CPUs before (2 workers on one allowed CPU here).
+    def test_nproc_launch_auto_counts_the_cpus_of_the_affinity(self):
+        allowed = os.sched_getaffinity(0)
+        if len(allowed) < 2:
+            self.skipTest("one CPU only: a narrower affinity cannot be told apart")
+        os.sched_setaffinity(0, {min(allowed)})  # ddprun inherits it
+        try:
+            self.check_nproc("auto", 1, "--nproc-per-node", self.nproc_tail(), env=self.NO_ACCELERATOR)
+        finally:
+            os.sched_setaffinity(0, allowed)
+
     # PyTorch: test_run.py::test_nproc_launch_number_configurations
     def test_nproc_launch_number_configurations(self):
         self.check_nproc("4", 4, "--nproc-per-node", self.nproc_tail())
@@ -470,8 +483,10 @@ class RunTestPy(ConformanceTest):
     # PyTorch: run_test.py::test_nproc_launch_auto_configurations
     def test_nproc_launch_auto_configurations(self):
         # torch 1.13 expects os.cpu_count() workers with no mock, so on a CPU-only machine; devices
-        # are hidden here so that a machine with GPUs counts as one.
-        self.check_nproc("auto", os.cpu_count(), "--nproc_per_node", self.nproc_tail(), env=self.NO_ACCELERATOR)
+        # are hidden here so that a machine with GPUs counts as one. ddprun counts as torch 2.x does,
+        # the CPUs of its affinity: the same number unless the tests run under taskset or a cpuset.
+        self.check_nproc("auto", len(os.sched_getaffinity(0)), "--nproc_per_node", self.nproc_tail(),
+                         env=self.NO_ACCELERATOR)
 
     # PyTorch: run_test.py::test_nproc_launch_number_configurations
     def test_nproc_launch_number_configurations(self):

@@ -17,6 +17,7 @@ struct FakeCounts {
   int gpuQueries = 0;
   int cpuQueries = 0;
   int xpus = 0;
+  bool xpusChosen = false;
 
   DeviceCounts counts() {
     return DeviceCounts{[this] {
@@ -27,7 +28,7 @@ struct FakeCounts {
                           ++cpuQueries;
                           return cpus;
                         },
-                        [this] { return xpus; }};
+                        [this] { return xpus; }, [this] { return xpusChosen; }};
   }
 };
 
@@ -69,6 +70,19 @@ TEST_CASE("nproc_per_node=auto prefers GPUs, then CPUs", "[cli]") {
   CHECK(resolveNprocPerNode("auto", withGpus.counts()) == 2);
   FakeCounts noGpus{0, 16};
   CHECK(resolveNprocPerNode("auto", noGpus.counts()) == 16);
+}
+
+TEST_CASE("nproc_per_node=auto counts Intel GPUs that ZE_AFFINITY_MASK names, never an unnamed one", "[cli]") {
+  // torch 2.x's auto is its accelerator's count (test_run.py's xpu case: 3 XPUs, auto is 3).
+  FakeCounts named{0, 16};
+  named.xpus = 3;
+  named.xpusChosen = true;
+  CHECK(resolveNprocPerNode("auto", named.counts()) == 3);
+  named.gpus = 2;  // CUDA first
+  CHECK(resolveNprocPerNode("auto", named.counts()) == 2);
+  FakeCounts integrated{0, 16};  // a render node nobody asked for: a CUDA-built torch would count CPUs
+  integrated.xpus = 1;
+  CHECK(resolveNprocPerNode("auto", integrated.counts()) == 16);
 }
 
 TEST_CASE("nproc_per_node=xpu counts Intel GPUs, and none is an error, as torchrun's", "[cli]") {
