@@ -27,7 +27,9 @@ class DdprunCallback(Callback):
     slower ranks (time spent waiting is the same on every rank and would hide a straggler).
     Validation is the section "validation"; saving a checkpoint is the section "checkpoint", from
     on_save_checkpoint (Lightning calls it just before it writes the file, and has no hook after)
-    until the loop's next hook.
+    until the loop's next hook. What follows the last batch (on_train_end's work, Lightning's
+    teardown, the script's own epilogue) is the section "teardown", until training starts again or
+    the process ends: under --hang_timeout=auto it is not judged by the training loop's bound.
 
     Trainer and module are typed Any: the hooks read only trainer.global_step, and Lightning's
     classes come from either package name."""
@@ -36,6 +38,7 @@ class DdprunCallback(Callback):
         super().__init__()
         self._validation: Optional[ContextManager[None]] = None
         self._checkpoint: Optional[ContextManager[None]] = None
+        self._teardown: Optional[ContextManager[None]] = None
         self._work_started: Optional[float] = None  # when this batch's own work began (monotonic seconds)
         self._work_seconds: Optional[float] = None  # the own work measured up to the backward pass
 
@@ -79,9 +82,18 @@ class DdprunCallback(Callback):
             self._checkpoint = ddprun.section("checkpoint")
             self._checkpoint.__enter__()
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Leaves the teardown section of an earlier fit, if open."""
+        if self._teardown is not None:
+            self._teardown.__exit__(None, None, None)
+            self._teardown = None
+
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        """Leaves the checkpoint section, if open."""
+        """Leaves the checkpoint section, if open, and enters "teardown" (one beat)."""
         self._leave_checkpoint()
+        if self._teardown is None:
+            self._teardown = ddprun.section("teardown")
+            self._teardown.__enter__()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Leaves the checkpoint section, if open."""
