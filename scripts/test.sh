@@ -5,6 +5,14 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/install_deps.sh"
+# The torch 2.x tier's venv (tests/torch2; about 3 GB from PyPI, once per machine): made in the
+# background so that the download overlaps the build. ctest's "torch2: venv" waits for it and says
+# how long it took; the tier's tests need it, and report skipped if PyPI cannot be reached.
+setsid bash "$root/scripts/torch2_venv.sh" >/dev/null 2>&1 &
+torch2_maker=$!
+# A run cut short leaves no download behind (its own process group: pip included). By the end of a
+# full run it is long done: "torch2: venv" waited for it.
+trap 'kill -- "-$torch2_maker" 2>/dev/null || true' EXIT
 bash "$root/scripts/build.sh"
 # The wheel and the .deb (build/dist), which tests/install installs into a bare Debian 12 root. A
 # packaging failure is reported and fails the run, but the tests still run (that test then says

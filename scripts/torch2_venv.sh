@@ -36,12 +36,18 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/ddprun"
 venv="${DDPRUN_TORCH2_VENV:-$cache/torch2-$key}"
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
-flock 9  # another caller may be making it: wait, then find it made
+waited=$(date +%s)
+flock 9  # another caller may be making it (scripts/test.sh starts one before the build): wait
+waited=$(( $(date +%s) - waited ))
 
 if [ -f "$venv/.ready" ]; then
+  # What the maker said (versions, how long it took), for the CI log; and how long we waited.
+  [ -f "$venv.log" ] && cat "$venv.log" >&2
+  [ "$waited" -gt 1 ] && echo "torch2_venv.sh: waited ${waited} s for another caller to make it" >&2
   echo "$venv/bin/python"
   exit 0
 fi
+exec 2> >(tee "$venv.log" >&2)  # the maker's messages, kept for the callers after it
 
 rm -rf "$venv"  # an attempt that did not finish
 "$base" -m venv "$venv"
