@@ -5,7 +5,9 @@
 #                                no CUDA; C++ users who want NCCL build libddp from source
 #                                (docs/install.md)
 #   ddprun-<version>-py3-none-manylinux_2_34_x86_64.whl   pip wheel (DDPRUN_PORTABLE), then
-#                                auditwheel repair, which checks the glibc symbols and retags it.
+#                                auditwheel repair, which checks the glibc symbols and retags it;
+#                                then every binary's NEEDED must be glibc's or libgcc_s (the
+#                                manylinux policy would allow libstdc++.so.6, the wheel must not need it)
 #                                Its metrics port compiles prometheus-cpp's core in from Debian's
 #                                source package, fetched into <build>/third_party by
 #                                scripts/prometheus_source.sh (needs scripts/install_deps.sh's deb-src)
@@ -56,6 +58,7 @@ for w in "${what[@]}"; do
       # binary needs a newer glibc symbol or a library outside the policy.
       PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat manylinux_2_34_x86_64 -w "$dist" "$raw"/ddprun-*.whl
       PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$dist"/ddprun-*.whl
+      bash "$root/scripts/wheel_needed.sh" "$dist"/ddprun-*.whl
       ;;
     *) echo "package.sh: unknown package '$w' (deb or wheel)" >&2; exit 2 ;;
   esac
