@@ -200,7 +200,7 @@ agent_metrics() {  # $1: label
   addr=$(wait_address /tmp/agent.out "metrics and probes on http://" "$agent_pid" "$1: ddprun --metrics_port=0")
   echo "ddprun's metrics port: http://$addr/metrics"
   for _ in $(seq 300); do
-    held=$(grep -c "^prog: RANK=[01] holding" /tmp/agent.out || true)
+    held=$(grep -c "prog: RANK=[01] holding until" /tmp/agent.out || true)
     [ "$held" -eq 2 ] && break
     kill -0 "$agent_pid" 2>/dev/null || break
     sleep 0.1
@@ -214,7 +214,7 @@ agent_metrics() {  # $1: label
   cat /tmp/agent.out
   [ $rc -eq 0 ] || fail "$1: ddprun --metrics_port=0 exited $rc"
   echo "$(wc -l <"$out") lines in $out; among them:"
-  grep -E '^(ddprun_agent_workers|process_resident_memory_bytes) ' "$out" || true
+  grep -E '^(ddprun_agent_workers|process_resident_memory_bytes)[ {]' "$out" || true
   grep -qx 'ddprun_agent_workers{state="running"} 2' "$out" ||
     fail "$1: the scrape has no ddprun_agent_workers{state=\"running\"} 2 line"
   echo "bare_root_check: $1: ddprun's metrics port scraped"
@@ -242,7 +242,8 @@ two_node() {  # $1: label
   wait $b || rc_b=$?
   echo "--- agent a (exit $rc_a) ---"; cat /tmp/node_a.out
   echo "--- agent b (exit $rc_b) ---"; cat /tmp/node_b.out
-  # The daemon's metrics after the job (it still holds the job, over): before it is stopped.
+  # The daemon's metrics after the job, before it is stopped: the job is forgotten once its agents
+  # left, its series are kept 2 minutes more (daemon_metrics.cc).
   local out=/pkgs/scrapes/$1-ddprun-rdzv.prom scraped=1
   scrape "http://$maddr/readyz" /tmp/readyz.out && scrape "http://$maddr/metrics" "$out" || scraped=0
   stop_rdzv
@@ -255,8 +256,9 @@ two_node() {  # $1: label
   echo "bare_root_check: $1: 2-node job ok"
   [ $scraped -eq 1 ] || fail "$1: ddprun-rdzv's /readyz or /metrics did not answer 200"
   echo "$(wc -l <"$out") lines in $out; among them:"
-  grep -E '^ddprun_(jobs|nodes)[ {]' "$out" || true
-  grep -qx 'ddprun_jobs 1' "$out" || fail "$1: the daemon's scrape has no 'ddprun_jobs 1' line"
+  grep -E '^ddprun_(jobs|rounds_formed_total)[ {]' "$out" || true
+  grep -qx "ddprun_rounds_formed_total{run_id=\"bare-$1\"} 1" "$out" ||
+    fail "$1: the daemon's scrape has no ddprun_rounds_formed_total{run_id=\"bare-$1\"} 1 line"
   echo "bare_root_check: $1: ddprun-rdzv's metrics port scraped"
 }
 
