@@ -39,11 +39,15 @@ apt-cache showsrc --only-source "$src_pkg" 2>/dev/null | grep -qx "Version: $src
 
 mkdir -p "$third"
 tmp=$(mktemp -d "$third/.fetch.XXXXXX")
-chmod 755 "$tmp"  # apt downloads as its _apt user where that user can write
+chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 echo "prometheus_source: fetching the source of $src_pkg $src_ver (apt-get source) ..." >&2
 # apt checks the files against the signed Sources index; dpkg-source applies Debian's patches.
-(cd "$tmp" && apt-get source -qq --only-source "$src_pkg=$src_ver") >&2 ||
+# As root, apt would download as its _apt user, which may not reach the build folder: it then
+# downloads as root anyway, with a warning; say so at once.
+sandbox=()
+[ "$(id -u)" -ne 0 ] || sandbox=(-o APT::Sandbox::User=root)
+(cd "$tmp" && apt-get source -qq "${sandbox[@]}" --only-source "$src_pkg=$src_ver") >&2 ||
   die "apt-get source $src_pkg=$src_ver failed (above)"
 unpacked=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d -name "$src_pkg-*")
 if [ -z "$unpacked" ] || [ "$(wc -l <<<"$unpacked")" -ne 1 ]; then
