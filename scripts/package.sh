@@ -20,6 +20,12 @@ dist="$build/dist"
 what=("$@")
 [ ${#what[@]} -eq 0 ] && what=(deb wheel)
 mkdir -p "$dist"
+# ccache where there is one, for both builds: CMake takes the launcher from the environment at a
+# build folder's first configure.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  export CMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}"
+fi
 
 for w in "${what[@]}"; do
   case "$w" in
@@ -44,11 +50,6 @@ for w in "${what[@]}"; do
       # Exported, not a -C option: CMake reads it from the environment (cmake/PortablePrometheus.cmake).
       DDPRUN_PROMETHEUS_SOURCE_DIR=$(bash "$root/scripts/prometheus_source.sh" "$build")
       export DDPRUN_PROMETHEUS_SOURCE_DIR
-      # ccache where there is one: CMake takes the launcher from the environment at the first configure.
-      if command -v ccache >/dev/null; then
-        export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
-        export CMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}"
-      fi
       raw="$build/wheel/raw"
       rm -rf "$raw" && mkdir -p "$raw"
       rm -f "$dist"/ddprun-*.whl
