@@ -1,4 +1,4 @@
-// DDPRUN_WITH_METRICS=OFF (the wheel; docs/install.md): no metrics port.
+// DDPRUN_WITH_METRICS=OFF, asked for at configure (docs/install.md): no metrics port.
 #include "agent/agent_metrics.h"
 #include "common/error.h"
 
@@ -8,8 +8,8 @@ class AgentMetrics::Impl {};
 
 AgentMetrics::AgentMetrics(MetricsPortOptions, int) {
   throw ConfigError(
-      "--metrics_port: this build of ddprun has no metrics port (the wheel is built without prometheus-cpp); "
-      "use the .deb or a source build (docs/install.md)");
+      "--metrics_port: this build of ddprun has no metrics port (configured with DDPRUN_WITH_METRICS=OFF); "
+      "use the wheel, the .deb or a build with it on (docs/install.md)");
 }
 AgentMetrics::~AgentMetrics() = default;
 std::string AgentMetrics::address() const { return {}; }

@@ -7,11 +7,14 @@
 # Inside the root, in this order, failing on the first error, each step under a `== step ==` header:
 #   wheel: python3 -m venv /opt/venv; pip install --no-index the wheel; ddprun --version,
 #          ddprun-rdzv --version; ddprun --nproc_per_node=2 python3 /pkgs/prog.py (both ranks must
-#          print); a 2-node job against a ddprun-rdzv daemon on 127.0.0.1 (two agents at once,
-#          WORLD_SIZE=2); import ddprun from the venv's python.
+#          print); the same with --metrics_port=0, its /metrics scraped while both workers run; a
+#          2-node job against a ddprun-rdzv daemon on 127.0.0.1 (two agents at once, WORLD_SIZE=2)
+#          whose --metrics_port 0 is scraped after the job; import ddprun from the venv's python.
 #   deb:   apt-get install ./ddprun_*.deb (apt fetches its Depends from the mirror), then the same
 #          with /usr/bin's binaries; import ddprun only where the .deb ships the Python package.
-# The last line is "bare_root_check: all checks passed" on success.
+# The four scrapes (ROOTDIR/pkgs/scrapes/{wheel,deb}-{ddprun,ddprun-rdzv}.prom) are then checked
+# here, outside the root, by the host's `promtool check metrics`: the root stays bare (promtool is
+# the 48 MB Debian package prometheus). The last line is "bare_root_check: all checks passed".
 #
 # Isolation: nothing of the build machine is bind-mounted into the root. The wheel, the .deb and
 # the worker program (tests/install/prog.py) are copied to ROOTDIR/pkgs; the host's resolv.conf is
@@ -31,6 +34,7 @@
 # 127.0.0.1 and ports the kernel picks).
 #
 # Environment: DDPRUN_BARE_CHECK_TIMEOUT: seconds for the whole run inside the root (default 1200).
+# Needs (host): unshare, chroot, timeout; promtool (Debian package prometheus).
 set -euo pipefail
 
 die() {
@@ -50,6 +54,7 @@ limit=${DDPRUN_BARE_CHECK_TIMEOUT:-1200}
 for tool in unshare chroot timeout; do
   command -v "$tool" >/dev/null || die "$tool not found (util-linux / coreutils)"
 done
+command -v promtool >/dev/null || die "promtool not found (Debian package prometheus; scripts/install_deps.sh installs it)"
 [ -d "$root" ] || die "ROOTDIR $root is not a directory (make it with scripts/bare_root.sh)"
 [ -x "$root/usr/bin/python3" ] || die "$root has no /usr/bin/python3: not a root made by scripts/bare_root.sh"
 [ -f "$wheel" ] || die "wheel $wheel not found"
@@ -69,6 +74,7 @@ mkdir -m 755 "$root/pkgs"
 install -m 644 "$wheel" "$root/pkgs/$(basename "$wheel")"
 install -m 644 "$deb" "$root/pkgs/$(basename "$deb")"
 install -m 644 "$prog" "$root/pkgs/prog.py"
+mkdir -m 755 "$root/pkgs/scrapes"  # the metrics ports' scrapes, for promtool here afterwards
 # apt inside needs the mirror's name resolved: the host's resolver configuration (a copy of the
 # file, -L: it may be a symlink into /run). /etc/hosts as a fresh Debian install has it, so that
 # localhost and this host's name resolve (the root made by mmdebstrap has none).
@@ -88,6 +94,7 @@ wheel=/pkgs/$1
 deb=/pkgs/$2
 T="timeout -k 5"  # every command: timeout -k 5 SECONDS ...
 rdzv_pid=""
+agent_pid=""
 
 # No `producer | grep -q` anywhere: with pipefail, grep's early exit can fail the producer (SIGPIPE).
 step() { printf '\n== %s ==\n' "$*"; }
@@ -100,7 +107,14 @@ stop_rdzv() {
     rdzv_pid=""
   fi
 }
-trap stop_rdzv EXIT
+stop_agent() {
+  if [ -n "$agent_pid" ]; then
+    kill "$agent_pid" 2>/dev/null || true
+    wait "$agent_pid" 2>/dev/null || true
+    agent_pid=""
+  fi
+}
+trap 'stop_agent; stop_rdzv' EXIT
 trap 'exit 143' TERM INT
 
 # The shared libraries of every ELF program among the paths on stdin: one not found is a missing
@@ -139,6 +153,28 @@ versions() {  # $1: label, $2: the folder both binaries must come from
     fail "$1: ddprun-rdzv --version printed no 'ddprun-rdzv VERSION' line"
 }
 
+# GET $1 into $2 (python3 is the one HTTP client a bare root has); fails unless the answer is 200.
+scrape() {
+  $T 30 python3 -c 'import sys, urllib.request
+r = urllib.request.urlopen(sys.argv[1], timeout=10)
+sys.stdout.write(r.read().decode())
+sys.exit(0 if r.status == 200 else 1)' "$1" >"$2"
+}
+
+# The line "...PREFIX ADDR..." of FILE, printed by the process PID: waits up to 15 s for it, prints
+# ADDR (IPv4:port). Runs in $(...): what it says on failure goes to stderr, not into the result.
+wait_address() {  # $1: file, $2: the text before the address, $3: pid, $4: what, for messages
+  local addr="" _
+  for _ in $(seq 150); do
+    addr=$(sed -n "s|.*$2\([0-9.]*:[0-9][0-9]*\).*|\1|p" "$1" | head -n1)
+    [ -n "$addr" ] && break
+    kill -0 "$3" 2>/dev/null || { cat "$1" >&2; fail "$4 exited at start" >&2; }
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { cat "$1" >&2; fail "$4 did not print its address within 15 s" >&2; }
+  echo "$addr"
+}
+
 single_node() {  # $1: label
   step "$1: ddprun --nproc_per_node=2 python3 /pkgs/prog.py"
   local rc=0
@@ -151,20 +187,50 @@ single_node() {  # $1: label
   echo "bare_root_check: $1: single-node 2 ranks ok"
 }
 
-two_node() {  # $1: label
-  step "$1: 2-node job (ddprun-rdzv on 127.0.0.1, two agents)"
-  # Port 0: the daemon takes a free port and prints it ("ddprun-rdzv listening on 127.0.0.1:PORT").
-  $T 300 ddprun-rdzv --port 0 --bind 127.0.0.1 --log_level info >/tmp/rdzv.out 2>&1 &
-  rdzv_pid=$!
-  local port="" _
-  for _ in $(seq 150); do
-    port=$(sed -n '/listening on 127\.0\.0\.1:/{s/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p;q}' /tmp/rdzv.out)
-    [ -n "$port" ] && break
-    kill -0 "$rdzv_pid" 2>/dev/null || { cat /tmp/rdzv.out; fail "$1: ddprun-rdzv exited at start"; }
+# The agent's metrics port, as Prometheus would scrape it during a job: ddprun --metrics_port=0
+# prints where it listens (at --log_level=info); the workers hold (prog.py's PROG_HOLD) until the
+# scrape is taken, so both count as running in it.
+agent_metrics() {  # $1: label
+  step "$1: ddprun --metrics_port=0 --nproc_per_node=2, scraped while the workers run"
+  rm -f /tmp/release
+  PROG_HOLD=/tmp/release $T 120 ddprun --nproc_per_node=2 --metrics_port=0 --log_level=info \
+    python3 /pkgs/prog.py >/tmp/agent.out 2>&1 &
+  agent_pid=$!
+  local addr _ held=0 rc=0 out=/pkgs/scrapes/$1-ddprun.prom
+  addr=$(wait_address /tmp/agent.out "metrics and probes on http://" "$agent_pid" "$1: ddprun --metrics_port=0")
+  echo "ddprun's metrics port: http://$addr/metrics"
+  for _ in $(seq 300); do
+    held=$(grep -c "prog: RANK=[01] holding until" /tmp/agent.out || true)
+    [ "$held" -eq 2 ] && break
+    kill -0 "$agent_pid" 2>/dev/null || break
     sleep 0.1
   done
-  [ -n "$port" ] || { cat /tmp/rdzv.out; fail "$1: ddprun-rdzv did not say it listens within 15 s"; }
-  echo "ddprun-rdzv listens on 127.0.0.1:$port"
+  [ "$held" -eq 2 ] || { cat /tmp/agent.out; fail "$1: the 2 workers did not start within 30 s"; }
+  scrape "http://$addr/healthz" /tmp/healthz.out || { cat /tmp/agent.out; fail "$1: ddprun's /healthz did not answer 200"; }
+  scrape "http://$addr/metrics" "$out" || { cat /tmp/agent.out; fail "$1: ddprun's /metrics did not answer 200"; }
+  touch /tmp/release
+  wait "$agent_pid" || rc=$?
+  agent_pid=""
+  cat /tmp/agent.out
+  [ $rc -eq 0 ] || fail "$1: ddprun --metrics_port=0 exited $rc"
+  echo "$(wc -l <"$out") lines in $out; among them:"
+  grep -E '^(ddprun_agent_workers|process_resident_memory_bytes)[ {]' "$out" || true
+  grep -qx 'ddprun_agent_workers{state="running"} 2' "$out" ||
+    fail "$1: the scrape has no ddprun_agent_workers{state=\"running\"} 2 line"
+  echo "bare_root_check: $1: ddprun's metrics port scraped"
+}
+
+two_node() {  # $1: label
+  step "$1: 2-node job (ddprun-rdzv on 127.0.0.1 with --metrics_port 0, two agents)"
+  # Port 0: the daemon takes free ports and prints them ("ddprun-rdzv listening on 127.0.0.1:PORT",
+  # then "ddprun-rdzv metrics on 127.0.0.1:PORT").
+  $T 300 ddprun-rdzv --port 0 --bind 127.0.0.1 --metrics_port 0 --log_level info >/tmp/rdzv.out 2>&1 &
+  rdzv_pid=$!
+  local addr maddr port
+  addr=$(wait_address /tmp/rdzv.out "ddprun-rdzv listening on " "$rdzv_pid" "$1: ddprun-rdzv")
+  maddr=$(wait_address /tmp/rdzv.out "ddprun-rdzv metrics on " "$rdzv_pid" "$1: ddprun-rdzv --metrics_port 0")
+  port=${addr##*:}
+  echo "ddprun-rdzv listens on $addr, its metrics port on $maddr"
   local args=(--nnodes=2 --nproc_per_node=1 --rdzv_backend=grpc "--rdzv_endpoint=127.0.0.1:$port"
               "--rdzv_id=bare-$1" --shutdown_timeout=2)
   $T 120 ddprun "${args[@]}" python3 /pkgs/prog.py >/tmp/node_a.out 2>&1 &
@@ -176,6 +242,10 @@ two_node() {  # $1: label
   wait $b || rc_b=$?
   echo "--- agent a (exit $rc_a) ---"; cat /tmp/node_a.out
   echo "--- agent b (exit $rc_b) ---"; cat /tmp/node_b.out
+  # The daemon's metrics after the job, before it is stopped: the job is forgotten once its agents
+  # left, its series are kept 2 minutes more (daemon_metrics.cc).
+  local out=/pkgs/scrapes/$1-ddprun-rdzv.prom scraped=1
+  scrape "http://$maddr/readyz" /tmp/readyz.out && scrape "http://$maddr/metrics" "$out" || scraped=0
   stop_rdzv
   echo "--- ddprun-rdzv ---"; cat /tmp/rdzv.out
   if [ $rc_a -ne 0 ] || [ $rc_b -ne 0 ]; then fail "$1: 2-node agents exited $rc_a and $rc_b"; fi
@@ -184,6 +254,12 @@ two_node() {  # $1: label
       fail "$1: 2-node rank $r did not print with WORLD_SIZE=2"
   done
   echo "bare_root_check: $1: 2-node job ok"
+  [ $scraped -eq 1 ] || fail "$1: ddprun-rdzv's /readyz or /metrics did not answer 200"
+  echo "$(wc -l <"$out") lines in $out; among them:"
+  grep -E '^ddprun_(jobs|rounds_formed_total)[ {]' "$out" || true
+  grep -qx "ddprun_rounds_formed_total{run_id=\"bare-$1\"} 1" "$out" ||
+    fail "$1: the daemon's scrape has no ddprun_rounds_formed_total{run_id=\"bare-$1\"} 1 line"
+  echo "bare_root_check: $1: ddprun-rdzv's metrics port scraped"
 }
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -204,6 +280,7 @@ step "wheel: shared libraries"
 find /opt/venv -path '*ddprun*' -type f | sort | check_libs
 versions wheel /opt/venv/bin
 single_node wheel
+agent_metrics wheel
 two_node wheel
 step "wheel: import ddprun"
 $T 60 /opt/venv/bin/python3 -c 'import ddprun; print(ddprun.__file__)' | tee /tmp/import.out
@@ -236,13 +313,14 @@ else
   export PROG_DDPRUN_OPTIONAL=1
 fi
 single_node deb
+agent_metrics deb
 two_node deb
 if [ $deb_python -eq 1 ]; then
   step "deb: import ddprun"
   $T 60 /usr/bin/python3 -c 'import ddprun; print(ddprun.__file__)' || fail "deb: import ddprun from /usr/bin/python3"
 fi
 echo "bare_root_check: deb: ok"
-echo "bare_root_check: all checks passed"
+echo "bare_root_check: the checks inside the root passed"
 INSIDE
 chmod 755 "$root/pkgs/inside.sh"
 
@@ -274,3 +352,19 @@ if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
   die "timed out after ${limit}s inside the root (DDPRUN_BARE_CHECK_TIMEOUT)"
 fi
 [ $rc -eq 0 ] || die "a check inside the root failed (exit $rc; the step above says which)"
+
+# The scrapes, by the host's promtool: it must say nothing at all (a lint complaint is a failure too).
+for label in wheel deb; do
+  for b in ddprun ddprun-rdzv; do
+    f=$root/pkgs/scrapes/$label-$b.prom
+    printf '\n== %s: promtool check metrics < %s ==\n' "$label" "${f#"$root"}"
+    [ -s "$f" ] || die "$label: no scrape of $b's metrics port ($f)"
+    prc=0
+    said=$(timeout -k 5 60 promtool check metrics <"$f" 2>&1) || prc=$?
+    echo "promtool: exit $prc${said:+, said:}"
+    [ -z "$said" ] || echo "$said"
+    if [ $prc -ne 0 ] || [ -n "$said" ]; then die "$label: promtool check metrics rejected $b's scrape (above)"; fi
+    echo "bare_root_check: $label: promtool check metrics $b: ok"
+  done
+done
+echo "bare_root_check: all checks passed"

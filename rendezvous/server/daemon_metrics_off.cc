@@ -1,5 +1,4 @@
-// DDPRUN_WITH_METRICS=OFF (the wheel: Debian ships prometheus-cpp as a shared library
-// only, and the wheel's binaries link nothing but glibc and libgcc_s; docs/install.md).
+// DDPRUN_WITH_METRICS=OFF, asked for at configure (docs/install.md): no metrics port.
 #include "common/error.h"
 #include "rendezvous/server/daemon_metrics.h"
 
@@ -9,8 +8,8 @@ class DaemonMetrics::Impl {};
 
 DaemonMetrics::DaemonMetrics(MetricsPortOptions, std::function<DaemonGauges()>, std::function<bool()>) {
   throw ConfigError(
-      "--metrics_port: this build of ddprun has no metrics port (the wheel is built without prometheus-cpp); "
-      "use the .deb or a source build (docs/install.md)");
+      "--metrics_port: this build of ddprun has no metrics port (configured with DDPRUN_WITH_METRICS=OFF); "
+      "use the wheel, the .deb or a build with it on (docs/install.md)");
 }
 DaemonMetrics::~DaemonMetrics() = default;
 std::string DaemonMetrics::address() const { return {}; }

@@ -1,6 +1,9 @@
 """Proof on a bare system (issue #23): the Python wheel and the .deb, installed into a minimal
 Debian 12 root (minbase + python3 + python3-venv: none of ddprun's build dependencies), start
 ddprun, ddprun-rdzv, a single-node job of 2 ranks and a 2-node job against a ddprun-rdzv daemon.
+Both packages serve the metrics port: ddprun's (scraped while its 2 workers run) and ddprun-rdzv's
+(scraped after the 2-node job) must answer, hold the expected series, and pass the host's
+`promtool check metrics` without a word.
 
 scripts/bare_root.sh makes the root (mmdebstrap; cached as a tarball, so only the first run
 downloads), scripts/bare_root_check.sh copies the packages in and runs every check inside it under
@@ -9,7 +12,7 @@ unshare + chroot; this test runs both and reads the second one's verdict lines.
 The packages: DDPRUN_WHEEL and DDPRUN_DEB, else the newest build/dist/ddprun-*.whl and
 build/dist/ddprun_*.deb of the build folder (DDPRUN_BUILD_DIR, default <repo>/build). A missing one
 is a failure, not a skip: CI builds both before the tests. The test is skipped only where it
-cannot run at all: not root, or mmdebstrap or unshare missing.
+cannot run at all: not root, or mmdebstrap, unshare or promtool missing.
 """
 
 import glob
@@ -27,15 +30,24 @@ from ddprun_testlib import REPO, main
 SCRIPTS = os.path.join(REPO, "scripts")
 VERSION = re.search(r"project\(ddprun VERSION ([0-9.]+)", open(os.path.join(REPO, "CMakeLists.txt")).read()).group(1)
 MAKE_TIMEOUT_S = 900    # cold: downloads ~100 MB and installs ~130 packages (minutes); warm: seconds
-CHECK_TIMEOUT_S = 1500  # pip, apt-get install (fetches the .deb's Depends), four ddprun jobs
+CHECK_TIMEOUT_S = 1500  # pip, apt-get install (fetches the .deb's Depends), six ddprun jobs
 # The lines bare_root_check.sh prints when a check passed, in order.
 EXPECTED = [
     "bare_root_check: wheel: single-node 2 ranks ok",
+    "bare_root_check: wheel: ddprun's metrics port scraped",
     "bare_root_check: wheel: 2-node job ok",
+    "bare_root_check: wheel: ddprun-rdzv's metrics port scraped",
     "bare_root_check: wheel: ok",
     "bare_root_check: deb: single-node 2 ranks ok",
+    "bare_root_check: deb: ddprun's metrics port scraped",
     "bare_root_check: deb: 2-node job ok",
+    "bare_root_check: deb: ddprun-rdzv's metrics port scraped",
     "bare_root_check: deb: ok",
+    "bare_root_check: the checks inside the root passed",
+    "bare_root_check: wheel: promtool check metrics ddprun: ok",
+    "bare_root_check: wheel: promtool check metrics ddprun-rdzv: ok",
+    "bare_root_check: deb: promtool check metrics ddprun: ok",
+    "bare_root_check: deb: promtool check metrics ddprun-rdzv: ok",
     "bare_root_check: all checks passed",
 ]
 
@@ -74,9 +86,10 @@ class BareRootTest(unittest.TestCase):
     def setUp(self):
         if os.geteuid() != 0:
             self.skipTest("needs root (mmdebstrap's root mode, unshare, chroot)")
-        for tool in ("mmdebstrap", "unshare"):
+        for tool, package in (("mmdebstrap", "mmdebstrap"), ("unshare", "util-linux"), ("promtool", "prometheus")):
             if shutil.which(tool) is None:
-                self.skipTest("%s is not installed (scripts/install_deps.sh installs it)" % tool)
+                self.skipTest("%s is not installed (Debian package %s; scripts/install_deps.sh installs it)"
+                              % (tool, package))
         self.tmp = tempfile.mkdtemp(prefix="ddprun_bare_root_", dir="/tmp")
         self.addCleanup(self.remove_tmp)
 
