@@ -332,14 +332,17 @@ TEST_CASE("bad multi-node settings are usage errors", "[cli]") {
   expectUsageError({"--nnodes", "1:2", "/bin/true"}, "--nnodes");  // elastic needs grpc
 }
 
-TEST_CASE("flag --rdzv_conf takes torchrun's keys", "[cli]") {
+TEST_CASE("flag --rdzv_conf takes torchrun's keys, and warns of an unknown one", "[cli]") {
   CleanPetEnv clean;
   auto cfg = parseRun({"--rdzv_conf", "join_timeout=60,last_call_timeout=2.5,heartbeat_timeout=3,timeout=9",
                        "/bin/true"});
   CHECK(cfg.joinTimeoutSeconds == 60.0);
   CHECK(cfg.lastCallTimeoutSeconds == 2.5);
   CHECK(cfg.heartbeatTimeoutSeconds == 3.0);
-  expectUsageError({"--rdzv_conf", "bogus_key=1", "/bin/true"}, "bogus_key");
+  // An unknown key is not an error (torchrun goes on too), but it is said, once.
+  Parsed typo = parse({"--rdzv_conf", "bogus_key=1", "/bin/true"});
+  CHECK(typo.result.kind == Kind::kRun);
+  CHECK_THAT(typo.err, Catch::Contains("unknown key 'bogus_key' ignored"));
   expectUsageError({"--rdzv_conf", "join_timeout", "/bin/true"}, "--rdzv_conf");
   expectUsageError({"--rdzv_conf", "join_timeout=0", "/bin/true"}, "join_timeout");
 }
