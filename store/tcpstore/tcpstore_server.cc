@@ -60,11 +60,12 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     const auto scope = options_.bind(info);
     std::lock_guard lock(mu_);
     if (stopping_) return;
-    if (!scope || conns_.size() + inbox_.size() >= options_.maxConnections) {
+    if (!scope || admitted_ >= options_.maxConnections) {
       ++stats_.refused;
       return;  // closes it
     }
     ++stats_.accepted;
+    ++admitted_;
     inbox_.push_back({std::move(fd), info.address, *scope});
     loop_.wake();
   }
@@ -621,6 +622,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       if (it == conns_.end()) return;
       conn = std::move(it->second);
       conns_.erase(it);
+      --admitted_;
       queued_.fetch_sub(conn->out.size() - conn->outSent, std::memory_order_relaxed);
       handler = conn->handler;
     }
@@ -753,6 +755,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   mutable std::mutex mu_;
   bool stopping_ = false;
   std::deque<Adopted> inbox_;
+  std::size_t admitted_ = 0;  // in inbox_ or conns_: what maxConnections bounds
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;  // changed by the server's thread only
   std::vector<uint64_t> dirty_;
   std::vector<uint64_t> resumed_;
