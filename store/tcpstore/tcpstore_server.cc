@@ -287,8 +287,15 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
         break;
       }
       if (r.kind == tcpstore::ParseResult::Kind::kNeedMore) {
-        if (conn.reserved == 0 && r.declared > kUnreservedBytes && !conn.held) {
-          if (!tryReserve(conn, r.declared)) hold(conn);
+        // Its fields declare more than it may hold now: reserve (again, for a command whose later
+        // fields declare more), or wait for room.
+        if (r.declared > std::max(conn.reserved, kUnreservedBytes) && !conn.held) {
+          const bool first = conn.reserved == 0;
+          if (!first) {
+            conn.reserved = 0;
+            --reservations_;
+          }
+          if (!tryReserve(conn, r.declared, first)) hold(conn);
         }
         break;
       }
@@ -646,11 +653,13 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     conn.charged = now;
   }
 
-  bool tryReserve(Conn& conn, std::size_t size) {
+  // `restartClock`: its frameTimeout runs from its first reservation (its turn), not from a
+  // reservation grown later.
+  bool tryReserve(Conn& conn, std::size_t size, bool restartClock = true) {
     const std::size_t others = heldBytes() - conn.charged;
     if (reservations_ > 0 && others + size > options_.maxHeldBytes) return false;
     conn.reserved = size;
-    conn.partialSince = Clock::now();  // its time runs from its turn
+    if (restartClock) conn.partialSince = Clock::now();
     ++reservations_;
     return true;
   }
@@ -689,7 +698,8 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       Dialect dialect = conn->dialect;
       const auto r = dialect == Dialect::kUnknown ? tcpstore::ParseResult{}
                                                   : tcpstore::parseCommand(conn->in, dialect, scratch);
-      const bool wantsReservation = r.kind == tcpstore::ParseResult::Kind::kNeedMore && r.declared > kUnreservedBytes;
+      const bool wantsReservation = r.kind == tcpstore::ParseResult::Kind::kNeedMore &&
+                                    r.declared > std::max(conn->reserved, kUnreservedBytes);
       if (wantsReservation) {
         if (!tryReserve(*conn, r.declared)) break;
       } else if (atBound()) {

@@ -327,6 +327,27 @@ TEST_CASE("tcpstore: a STOP_WAITING racing CANCEL_WAIT comes before WAIT_CANCELE
   CHECK_FALSE(c.recv(1, 100ms));
 }
 
+TEST_CASE("tcpstore: large commands arrive in pieces: a reservation, and one that grows field by field") {
+  Harness h;
+  Client c = v2(h.port);
+  const std::string big(3 << 20, 'b');
+  const std::string set = op(kSet) + str("/big") + str(big);
+  for (std::size_t at = 0; at < set.size(); at += 100000) {
+    c.send(set.substr(at, 100000));
+    std::this_thread::sleep_for(1ms);
+  }
+  c.send(op(kGet) + str("/big"));
+  CHECK(c.bytes() == big);
+  // Three values of 200 KiB: the command declares more with every field.
+  std::string multi = op(kMultiSet) + u64(3);
+  for (int i = 0; i < 3; ++i) multi += str("/m" + std::to_string(i)) + str(std::string(200 << 10, static_cast<char>('a' + i)));
+  for (std::size_t at = 0; at < multi.size(); at += 50000) c.send(multi.substr(at, 50000));
+  c.send(op(kMultiGet) + keys({"/m0", "/m2"}));
+  CHECK(c.bytes() == std::string(200 << 10, 'a'));
+  CHECK(c.bytes() == std::string(200 << 10, 'c'));
+  CHECK(h.server->stats().heldBytes == 0);
+}
+
 TEST_CASE("tcpstore: input no TCPStore client sends closes the connection") {
   TcpStoreServerOptions o;
   o.stallTimeout = 300ms;
