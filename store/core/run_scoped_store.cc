@@ -21,6 +21,8 @@ const char* storeOpName(StoreOp op) {
     case StoreOp::kDelete: return "delete";
     case StoreOp::kNumKeys: return "num_keys";
     case StoreOp::kWait: return "wait";
+    case StoreOp::kAppend: return "append";
+    case StoreOp::kListKeys: return "list_keys";
     case StoreOp::kCount: break;
   }
   return "unknown";
@@ -148,7 +150,7 @@ int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int
 }
 
 std::string RunScopedStore::compareSet(const StoreScope& scope, const std::string& key,
-                                    const std::string& expected, std::string desired) {
+                                    const std::string& expected, std::string desired, bool* wasMissing) {
   OpTimer timer(*this, StoreOp::kCompareSet);
   validateScope(scope);
   validateStoreKey(key);
@@ -161,6 +163,7 @@ std::string RunScopedStore::compareSet(const StoreScope& scope, const std::strin
     checkOpen();
     Round& r = round(scope);
     auto it = r.values.find(key);
+    if (wasMissing) *wasMissing = it == r.values.end();
     if (it == r.values.end()) {
       if (expected.empty()) {
         result = desired;
@@ -215,6 +218,43 @@ bool RunScopedStore::deleteKey(const StoreScope& scope, const std::string& key) 
   totalBytes_ -= cost;
   totalKeys_ -= 1;
   return true;
+}
+
+void RunScopedStore::append(const StoreScope& scope, const std::string& key, const std::string& value) {
+  OpTimer timer(*this, StoreOp::kAppend);
+  validateScope(scope);
+  validateStoreKey(key);
+  validateStoreValue(key, value);
+  Completions done;
+  {
+    std::lock_guard lock(mutex_);
+    checkOpen();
+    Round& r = round(scope);
+    auto it = r.values.find(key);
+    const bool created = it == r.values.end();
+    std::string joined = created ? std::string() : it->second;
+    if (joined.size() + value.size() > kMaxValueBytes) {
+      throw ConfigError("appending " + std::to_string(value.size()) + " bytes to store key '" + printable(key, 64) +
+                        "' would make it more than " + std::to_string(kMaxValueBytes) + " bytes");
+    }
+    joined += value;
+    put(scope, r, key, std::move(joined));
+    if (created) keyCreated(r, key, done);
+  }
+  runCompletions(done);
+}
+
+std::vector<std::string> RunScopedStore::listKeys(const StoreScope& scope) const {
+  OpTimer timer(*this, StoreOp::kListKeys);
+  validateScope(scope);
+  std::lock_guard lock(mutex_);
+  checkOpen();
+  std::vector<std::string> keys;
+  if (const Round* r = findRound(scope)) {
+    keys.reserve(r->values.size());
+    for (const auto& [key, value] : r->values) keys.push_back(key);
+  }
+  return keys;
 }
 
 int64_t RunScopedStore::numKeys(const StoreScope& scope) const {

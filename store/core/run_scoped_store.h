@@ -49,7 +49,7 @@ struct RunScopedStoreOptions {
 };
 
 // The store's operations, as its metrics count them (ddprun_store_operations_total{op}).
-enum class StoreOp { kSet, kGet, kAdd, kCompareSet, kCheck, kDelete, kNumKeys, kWait, kCount };
+enum class StoreOp { kSet, kGet, kAdd, kCompareSet, kCheck, kDelete, kNumKeys, kWait, kAppend, kListKeys, kCount };
 const char* storeOpName(StoreOp op);
 
 class RunScopedStore {
@@ -91,8 +91,14 @@ class RunScopedStore {
   int64_t add(const StoreScope& scope, const std::string& key, int64_t delta);
   // Sets desired when the key holds expected, or is missing and expected is empty. Returns the
   // value after the call; a missing key reads as empty (c10d returns `expected` there instead).
+  // `wasMissing`, when given, tells whether the key was missing before the call.
   std::string compareSet(const StoreScope& scope, const std::string& key,
-                         const std::string& expected, std::string desired);
+                         const std::string& expected, std::string desired, bool* wasMissing = nullptr);
+  // Appends `value` to the key's value; a missing key is created with it (and its waiters woken).
+  // ConfigError when the result would be over kMaxValueBytes.
+  void append(const StoreScope& scope, const std::string& key, const std::string& value);
+  // The keys of the scope, in no particular order.
+  std::vector<std::string> listKeys(const StoreScope& scope) const;
   bool check(const StoreScope& scope, const std::vector<std::string>& keys) const;
   // The keys of `keys` that do not exist, in order: what a timeout message names.
   std::vector<std::string> missing(const StoreScope& scope, const std::vector<std::string>& keys) const;

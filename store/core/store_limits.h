@@ -14,6 +14,8 @@ namespace ddprun {
 
 inline constexpr std::size_t kMaxStoreKeyBytes = 4 * 1024;
 inline constexpr std::size_t kMaxStoreValueBytes = 64 * 1024 * 1024;
+// Keys one multi-key request (multi_get, multi_set; a TCPStore check or wait) may name at most.
+inline constexpr std::size_t kMaxStoreKeysPerRequest = 4096;
 // The largest message of any store transport: a value with its key and framing (the gRPC
 // transport's message limit, rpc/grpc_util.h, is the same number).
 inline constexpr std::size_t kMaxStoreMessageBytes = 80 * 1024 * 1024;

@@ -12,7 +12,8 @@ namespace ddprun::detail {
 
 inline StoreScope toScope(const v1::Scope& scope) { return StoreScope{scope.run_id(), scope.round()}; }
 
-// Runs a request that never waits (set, add, compare_set, check, delete_key, num_keys, ping) and
+// Runs a request that never waits (set, add, compare_set, check, delete_key, num_keys, ping, append,
+// multi_get, multi_set, list_keys) and
 // fills its result into `response`. Takes the values out of `request`, which the caller reuses.
 // Throws what the store throws; a stale round is a status, as is a request that is no such
 // operation.

@@ -405,6 +405,7 @@ class Harness {
           after = m.desired();
         }
         result.mutable_compare_set()->set_value(after);
+        result.mutable_compare_set()->set_key_was_missing(old == nullptr);
         return {};
       }
       case v1::StoreRequest::kCheck: {

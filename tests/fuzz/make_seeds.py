@@ -382,8 +382,38 @@ def store_wire_seeds():
           req(1, 2, field(1, field(1, "job") + field(2, 9)) + field(2, "k") + field(3, "v")))
 
 
+def tcpstore_seeds():
+    """Byte streams of one TCPStore connection (store/tcpstore/tcpstore_codec.h), as
+    fuzz_tcpstore.cc feeds them to a TcpStoreServer: torch 2.x's (VALIDATE and its magic first)
+    and torch 1.13's numbering."""
+    u64 = lambda v: struct.pack("<Q", v)
+    u32 = lambda v: struct.pack("<I", v)
+    s = lambda t: u64(len(t.encode() if isinstance(t, str) else t)) + (t.encode() if isinstance(t, str) else t)
+    ks = lambda keys: u64(len(keys)) + b"".join(s(k) for k in keys)
+    validate = b"\x00" + u32(0x3C85F7CE)
+    ping = b"\x0d" + u32(7)
+    v2 = validate + ping
+    write("tcpstore", "v2-every-op", v2 + b"\x01" + s("/k") + s("v") + b"\x03" + s("/k") + b"\x04" + s("/n") +
+          u64(5) + b"\x02" + s("/c") + s("") + s("x") + b"\x05" + ks(["/k", "/n"]) + b"\x06" + ks(["/k"]) +
+          b"\x07" + b"\x09" + s("/ap") + s("y") + b"\x0a" + ks(["/k", "/none"]) + b"\x0b" + u64(2) + s("/m0") +
+          s("a") + s("/m1") + s("b") + b"\x11" + b"\x08" + s("/k"))
+    write("tcpstore", "v2-wait-cancel", v2 + b"\x06" + ks(["/later"]) + b"\x0c" + b"\x06" + ks(["/x"]) +
+          b"\x01" + s("/x") + s("1") + b"\x0c")
+    write("tcpstore", "legacy-every-op", b"\x00" + s("/k") + s("v") + b"\x05" + ks(["/k"]) + b"\x02" + s("/k") +
+          b"\x03" + s("/n") + u64(1) + b"\x01" + s("/k") + s("v") + s("w") + b"\x04" + ks(["/k"]) + b"\x06" +
+          b"\x08" + s("/k"))
+    write("tcpstore", "legacy-watch-key", b"\x07" + s("/k"))
+    write("tcpstore", "bad-magic", b"\x00\xff\xff\xff\xff\x01\x00\x00\x00")
+    write("tcpstore", "unknown-op", v2 + b"\x13")
+    write("tcpstore", "queue-op", v2 + b"\x0e" + s("/q") + s("v"))
+    write("tcpstore", "huge-key", v2 + b"\x01" + u64(1 << 40))
+    write("tcpstore", "cut-command", v2 + b"\x01" + s("/k") + u64(10) + b"abc")
+    write("tcpstore", "add-to-text", v2 + b"\x01" + s("/t") + s("text") + b"\x04" + s("/t") + u64(1))
+
+
 if __name__ == "__main__":
     store_seeds()
     store_wire_seeds()
+    tcpstore_seeds()
     rendezvous_seeds()
     text_seeds()

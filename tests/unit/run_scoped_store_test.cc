@@ -361,3 +361,25 @@ TEST_CASE("limits: every run together is capped, and dropping a run gives the ro
   store.dropRun("a");
   store.set({"c", 1}, "k", std::string(60, 'x'));
 }
+
+TEST_CASE("append, listKeys and compareSet's wasMissing", "[store]") {
+  RunScopedStore store;
+  const StoreScope s{"job", 1};
+  WaitProbe probe;
+  REQUIRE(store.waitAsync(s, {"ap"}, kT0 + 1h, probe.callback()));
+  store.append(s, "ap", "po");  // creates the key: its waiter wakes
+  CHECK(probe.calls == 1);
+  CHECK(probe.satisfied);
+  store.append(s, "ap", "tato");
+  CHECK(store.get(s, "ap") == std::optional<std::string>("potato"));
+  CHECK_THROWS_AS(store.append(s, "ap", std::string(RunScopedStore::kMaxValueBytes, 'x')), ddprun::ConfigError);
+  CHECK(store.get(s, "ap") == std::optional<std::string>("potato"));
+  store.set(StoreScope{"job", 2}, "other", "1");
+  auto keys = store.listKeys(s);
+  CHECK(keys == std::vector<std::string>{"ap"});
+  bool missing = false;
+  CHECK(store.compareSet(s, "cs", "exp", "x", &missing).empty());
+  CHECK(missing);
+  CHECK(store.compareSet(s, "ap", "potato", "y", &missing) == "y");
+  CHECK_FALSE(missing);
+}
