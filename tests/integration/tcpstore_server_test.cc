@@ -268,7 +268,7 @@ TEST_CASE("tcpstore: a 1.13 client's numbering, its silent callback connection b
   }
 }
 
-TEST_CASE("tcpstore: a wait answers when its keys arrive; CANCEL_WAIT ends every wait of the connection") {
+TEST_CASE("tcpstore: a wait answers when its keys arrive, CANCEL_WAIT ends every wait of the connection") {
   Harness h;
   Client c = v2(h.port);
   Client peer = v2(h.port);
@@ -420,7 +420,7 @@ TEST_CASE("tcpstore: input no TCPStore client sends closes the connection") {
   CHECK(other.recv(8));
 }
 
-TEST_CASE("tcpstore: silent connections are counted, not timed; past maxConnections they are closed") {
+TEST_CASE("tcpstore: silent connections are counted, not timed, past maxConnections they are closed") {
   TcpStoreServerOptions o;
   o.maxConnections = 5;
   o.stallTimeout = 200ms;
@@ -439,7 +439,7 @@ TEST_CASE("tcpstore: silent connections are counted, not timed; past maxConnecti
   CHECK(silent[0].recv(8));
 }
 
-TEST_CASE("tcpstore: the binding decides a connection's scope, or refuses it; a stale round closes") {
+TEST_CASE("tcpstore: the binding decides a connection's scope, or refuses it, a stale round closes") {
   std::atomic<bool> current{true};
   StoreCoreOptions co;
   co.roundIsCurrent = [&](const std::string&, uint64_t) { return current.load(); };

@@ -17,7 +17,7 @@ std::string str(const std::string& s) { return u64(s.size()) + s; }
 
 }  // namespace
 
-TEST_CASE("tcpstore codec: a 2.x opening is VALIDATE and the magic; anything else is 1.13", "[tcpstore]") {
+TEST_CASE("tcpstore codec: a 2.x opening is VALIDATE and the magic, anything else is 1.13", "[tcpstore]") {
   ts::Dialect d = ts::Dialect::kUnknown;
   std::string v2(1, '\0');
   ts::appendU32(v2, ts::kValidationMagic);
