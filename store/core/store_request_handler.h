@@ -28,20 +28,21 @@
 #include "ddprun/v1/store.pb.h"
 #include "store/core/run_scoped_store.h"
 #include "store/core/store_core.h"
+#include "store/core/store_request_sink.h"
 #include "store/core/store_status.h"
 
 namespace ddprun {
 
-class StoreRequestHandler : public std::enable_shared_from_this<StoreRequestHandler> {
+class StoreRequestHandler final : public StoreRequestSink,
+                                  public std::enable_shared_from_this<StoreRequestHandler> {
  public:
-  using Respond = std::function<void(v1::StoreResponse&& response)>;
 
   StoreRequestHandler(StoreCore& core, Respond respond);
 
   // Runs `request` (its values are moved out); its answer goes to the sink, now or later.
-  void handle(v1::StoreRequest& request);
+  void handle(v1::StoreRequest& request) override;
   // Forgets every pending wait (cancelled in the store) and drops every later answer. Idempotent.
-  void end();
+  void end() override;
 
  private:
   // A Get or Wait waiting for its keys.
