@@ -36,6 +36,10 @@ using tcpstore::Op;
 
 constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr int kReadsPerWakeup = 4;
+// Requests of one connection whose answers are not back yet. A torch client waits for each answer
+// (only a wait and its CANCEL_WAIT overlap); a client that pipelines more is held, unread, here,
+// so that a sink that answers later (store/forward/) holds no unbounded queue.
+constexpr std::size_t kMaxOwedPerConnection = 64;
 
 // How a request's answer is written, by what the command was.
 enum class Reply { kNone, kValue, kCompareSet, kAdd, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kListKeys };
@@ -49,8 +53,9 @@ struct Owed {
 
 class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(StoreCore& core, TcpStoreServerOptions options) : core_(core), options_(std::move(options)) {
+  explicit Impl(TcpStoreServerOptions options) : options_(std::move(options)) {
     DDPRUN_CHECK(options_.bind != nullptr, "TcpStoreServerOptions::bind is required");
+    DDPRUN_CHECK(options_.makeSink != nullptr, "TcpStoreServerOptions::makeSink is required");
   }
 
   void start() { thread_ = std::thread([this] { run(); }); }
@@ -78,7 +83,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     }
     loop_.wake();
     if (thread_.joinable()) thread_.join();
-    std::vector<std::shared_ptr<StoreRequestHandler>> handlers;
+    std::vector<std::shared_ptr<StoreRequestSink>> handlers;
     std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
     {
       std::lock_guard lock(mu_);
@@ -112,7 +117,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     Clock::time_point partialSince;  // the first byte of the partial command
     Clock::time_point lastRead;
     // Under mu_.
-    std::shared_ptr<StoreRequestHandler> handler;
+    std::shared_ptr<StoreRequestSink> handler;
     uint64_t generation = 0;  // the handler's: bumped by CANCEL_WAIT, older answers are dropped
     std::unordered_map<uint64_t, Owed> owed;  // by request id
     uint64_t nextRequest = 1;
@@ -122,6 +127,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     bool dirty = false;
     bool wantWrite = false;
     bool readPaused = false;
+    bool owedPaused = false;  // kMaxOwedPerConnection answers are owed: no command runs until some come
     bool closeWhenSent = false;
     bool broken = false;
     uint32_t watched = EPOLLIN | EPOLLRDHUP;
@@ -163,20 +169,19 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       conn->scope = std::move(a.scope);
       conn->lastRead = conn->lastWrite = Clock::now();
       Conn* raw = conn.get();
+      raw->handler = makeHandler(raw->id, raw->generation);  // not yet shared: no lock needed
       {
         std::lock_guard lock(mu_);
-        raw->handler = makeHandler(*raw);
         conns_.emplace(raw->id, std::move(conn));
       }
       loop_.add(raw->fd.get(), raw->id, EPOLLIN | EPOLLRDHUP);
     }
   }
 
-  std::shared_ptr<StoreRequestHandler> makeHandler(const Conn& conn) {
+  // Called with no lock held: makeSink is the owner's code.
+  std::shared_ptr<StoreRequestSink> makeHandler(uint64_t id, uint64_t generation) {
     std::weak_ptr<Impl> weak = shared_from_this();
-    const uint64_t id = conn.id;
-    const uint64_t generation = conn.generation;
-    return std::make_shared<StoreRequestHandler>(core_, [weak, id, generation](v1::StoreResponse&& response) {
+    return options_.makeSink([weak, id, generation](v1::StoreResponse&& response) {
       if (auto self = weak.lock()) self->deliver(id, generation, response);
     });
   }
@@ -197,7 +202,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       bool paused = false;
       {
         std::lock_guard lock(mu_);
-        paused = conn->readPaused || conn->closeWhenSent;
+        paused = conn->readPaused || conn->owedPaused || conn->closeWhenSent;
       }
       if ((paused || conn->held) && (events & (EPOLLHUP | EPOLLERR))) {
         markBroken(*conn);  // reported at every wait while not read: the client is gone
@@ -250,7 +255,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     if (eof) {
       // torch's server closes a connection whose client ended: its waits are forgotten, what is
       // already answered is still sent.
-      std::shared_ptr<StoreRequestHandler> handler;
+      std::shared_ptr<StoreRequestSink> handler;
       {
         std::lock_guard lock(mu_);
         conn.closeWhenSent = true;
@@ -269,6 +274,11 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       {
         std::lock_guard lock(mu_);
         if (conn.readPaused || conn.closeWhenSent || conn.broken) break;
+        if (conn.owed.size() >= kMaxOwedPerConnection) {
+          conn.owedPaused = true;
+          watchLocked(conn);
+          break;
+        }
       }
       const std::string_view rest(conn.in.data() + pos, conn.in.size() - pos);
       if (conn.dialect == Dialect::kUnknown) {
@@ -417,7 +427,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
         owed.reply = Reply::kListKeys;
         break;
     }
-    std::shared_ptr<StoreRequestHandler> handler;
+    std::shared_ptr<StoreRequestSink> handler;
     {
       std::lock_guard lock(mu_);
       request.set_id(conn.nextRequest++);
@@ -432,13 +442,18 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   // CANCEL_WAIT: every wait of the connection ends; answered WAIT_CANCELED after whatever
   // STOP_WAITING was queued before it. Answers of the old handler that come later are dropped.
   void cancelWaits(Conn& conn) {
-    std::shared_ptr<StoreRequestHandler> old;
+    std::shared_ptr<StoreRequestSink> old;
+    // generation changes on this thread only, so it is read here without the lock.
+    auto fresh = makeHandler(conn.id, conn.generation + 1);
     {
       std::lock_guard lock(mu_);
       old = conn.handler;
       ++conn.generation;
-      conn.owed.clear();  // only waits can be owed here: every other answer came synchronously
-      conn.handler = makeHandler(conn);
+      // A torch client has only its wait owed here; anything a client pipelined beside it is
+      // dropped with it.
+      conn.owed.clear();
+      conn.owedPaused = false;
+      conn.handler = std::move(fresh);
       std::string answer;
       tcpstore::appendU8(answer, tcpstore::kWaitCanceled);
       queueLocked(conn, answer);
@@ -487,6 +502,11 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       if (owedIt == conn.owed.end()) return;
       const Owed owed = std::move(owedIt->second);
       conn.owed.erase(owedIt);
+      if (conn.owedPaused && conn.owed.size() < kMaxOwedPerConnection / 2) {
+        conn.owedPaused = false;
+        resumed_.push_back(conn.id);  // its buffered commands run now
+        watchLocked(conn);
+      }
       if (response.has_status() && response.status().code() != 0) {
         conn.broken = true;
         ++stats_.closedFailed;
@@ -607,7 +627,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void watchLocked(Conn& conn) {
-    const bool read = !(conn.readPaused || conn.held || conn.closeWhenSent);
+    const bool read = !(conn.readPaused || conn.owedPaused || conn.held || conn.closeWhenSent);
     const uint32_t want = (read ? static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP) : 0u) |
                           (conn.wantWrite ? static_cast<uint32_t>(EPOLLOUT) : 0u);
     if (want == conn.watched) return;
@@ -622,7 +642,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
 
   void closeConn(uint64_t id) {
     std::unique_ptr<Conn> conn;
-    std::shared_ptr<StoreRequestHandler> handler;
+    std::shared_ptr<StoreRequestSink> handler;
     {
       std::lock_guard lock(mu_);
       auto it = conns_.find(id);
@@ -723,7 +743,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       Conn& conn = *c;
       std::lock_guard lock(mu_);
       if (conn.closeWhenSent || conn.broken) continue;
-      const bool partial = !conn.in.empty() && !conn.held && !conn.readPaused;
+      const bool partial = !conn.in.empty() && !conn.held && !conn.readPaused && !conn.owedPaused;
       if (partial && now - conn.lastRead >= options_.stallTimeout) {
         stalled.emplace_back(id, fmt::format("its partial command got no byte for {} ms", options_.stallTimeout.count()));
       } else if (partial && now - conn.partialSince >= options_.frameTimeout) {
@@ -747,7 +767,6 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  StoreCore& core_;
   const TcpStoreServerOptions options_;
   EventLoop loop_;
   std::vector<char> scratch_ = std::vector<char>(kReadChunk);
@@ -772,10 +791,17 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   TcpStoreServerStats stats_;
 };
 
-TcpStoreServer::TcpStoreServer(StoreCore& core, TcpStoreServerOptions options)
-    : impl_(std::make_shared<Impl>(core, std::move(options))) {
+TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
   impl_->start();
 }
+
+TcpStoreServer::TcpStoreServer(StoreCore& core, TcpStoreServerOptions options)
+    : TcpStoreServer([&] {
+        options.makeSink = [&core](StoreRequestSink::Respond respond) -> std::shared_ptr<StoreRequestSink> {
+          return std::make_shared<StoreRequestHandler>(core, std::move(respond));
+        };
+        return std::move(options);
+      }()) {}
 TcpStoreServer::~TcpStoreServer() { stop(); }
 void TcpStoreServer::adopt(UniqueFd fd) { impl_->adopt(std::move(fd)); }
 void TcpStoreServer::stop() { impl_->stop(); }

@@ -25,7 +25,8 @@
 // answers), and one that does not fit waits, unread, for its turn (one reservation always fits).
 // A partial command that gets no byte for stallTimeout, or is not whole within frameTimeout of its
 // first byte, closes; so does a client that reads none of its answers for stallTimeout. Reading
-// pauses while kMaxQueuedAnswerBytes of answers wait. Waits per connection: maxPendingPerConnection.
+// pauses while kMaxQueuedAnswerBytes of answers wait, and while 64 requests of the connection are
+// unanswered (a sink that answers later, store/forward/, then holds no unbounded queue).
 #pragma once
 
 #include <sys/types.h>
@@ -39,6 +40,7 @@
 
 #include "common/unique_fd.h"
 #include "store/core/run_scoped_store.h"
+#include "store/core/store_request_sink.h"
 
 namespace ddprun {
 
@@ -59,6 +61,10 @@ struct TcpStoreServerOptions {
   // Binds a connection to the scope all its requests use; nullopt refuses (closes) it. Called on
   // the thread that calls adopt(), no lock of the server held. Required.
   std::function<std::optional<StoreScope>(const TcpStoreConnectionInfo&)> bind;
+  // Makes the sink each connection's requests go to (called on the server's thread, under no lock
+  // of the server): a StoreRequestHandler over a StoreCore here, or a forwarder to the job's store
+  // elsewhere (store/forward/). Required unless the server is made over a StoreCore.
+  StoreRequestSink::Factory makeSink;
   std::size_t maxConnections = 4096;
   // Reserved partial commands and unsent answers, across connections.
   std::size_t maxHeldBytes = 128u << 20;
@@ -89,7 +95,9 @@ class TcpStoreServer {
   // What a partial command may hold before it must reserve its declared size.
   static constexpr std::size_t kUnreservedBytes = 256 * 1024;
 
-  // Starts the thread. `core` must outlive the server.
+  // Starts the thread; every connection's requests go to options.makeSink's sinks.
+  explicit TcpStoreServer(TcpStoreServerOptions options);
+  // Serves `core`, which must outlive the server (options.makeSink is replaced).
   TcpStoreServer(StoreCore& core, TcpStoreServerOptions options);
   ~TcpStoreServer();  // stop()
   TcpStoreServer(const TcpStoreServer&) = delete;

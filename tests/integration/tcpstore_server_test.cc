@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -85,6 +86,7 @@ struct Harness {
 
 // A blocking client that writes commands byte by byte as torch's does.
 struct Client {
+  Client(int, UniqueFd connected) : fd(std::move(connected)) {}
   explicit Client(int port) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -266,6 +268,93 @@ TEST_CASE("tcpstore: a 1.13 client's numbering, its silent callback connection b
     c.send(op(9) + str("/a"));
     CHECK(c.closedWithin());
   }
+}
+
+// A sink that answers later, on a thread of its own, as store/forward/'s does: answers in order.
+class LaterSink final : public StoreRequestSink {
+ public:
+  explicit LaterSink(Respond respond) : respond_(std::move(respond)) {}
+  void handle(v1::StoreRequest& request) override {
+    std::lock_guard lock(mu);
+    queued.push_back(request.id());
+    ++handled;
+  }
+  void end() override {}
+  // Answers the oldest `n` requests as SETs.
+  void answer(std::size_t n) {
+    std::vector<uint64_t> ids;
+    {
+      std::lock_guard lock(mu);
+      while (n-- > 0 && !queued.empty()) {
+        ids.push_back(queued.front());
+        queued.erase(queued.begin());
+      }
+    }
+    for (uint64_t id : ids) {
+      v1::StoreResponse r;
+      r.set_id(id);
+      r.mutable_set();
+      respond_(std::move(r));
+    }
+  }
+  std::size_t handledCount() {
+    std::lock_guard lock(mu);
+    return handled;
+  }
+  std::mutex mu;
+  std::vector<uint64_t> queued;
+  std::size_t handled = 0;
+
+ private:
+  Respond respond_;
+};
+
+TEST_CASE("tcpstore: a sink that answers later is owed at most a bounded number of requests per connection") {
+  std::shared_ptr<LaterSink> sink;
+  std::mutex sinkMu;
+  TcpStoreServerOptions options;
+  options.bind = [](const TcpStoreConnectionInfo&) -> std::optional<StoreScope> { return StoreScope{"job", 1}; };
+  options.makeSink = [&](StoreRequestSink::Respond respond) -> std::shared_ptr<StoreRequestSink> {
+    std::lock_guard lock(sinkMu);
+    sink = std::make_shared<LaterSink>(std::move(respond));
+    return sink;
+  };
+  TcpStoreServer server(std::move(options));
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  server.adopt(UniqueFd(fds[0]));
+  Client c(-1, UniqueFd(fds[1]));
+  std::string many = validate();
+  for (int i = 0; i < 200; ++i) many += op(kSet) + str("/k") + str("v");
+  c.send(many);
+  auto handled = [&] {
+    std::lock_guard lock(sinkMu);
+    return sink ? sink->handledCount() : 0;
+  };
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (handled() < 64 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(200ms);
+  CHECK(handled() == 64);  // the rest waits, unread, for answers
+  std::size_t answered = 0;
+  while (answered < 200 && std::chrono::steady_clock::now() < until) {
+    const std::size_t before = handled();
+    {
+      std::lock_guard lock(sinkMu);
+      sink->answer(64);
+    }
+    answered = handled() >= 200 ? 200 : answered;
+    const auto stepUntil = std::chrono::steady_clock::now() + 5s;
+    while (handled() == before && handled() < 200 && std::chrono::steady_clock::now() < stepUntil) {
+      std::this_thread::sleep_for(5ms);
+    }
+    if (handled() >= 200) {
+      std::lock_guard lock(sinkMu);
+      sink->answer(200);
+      answered = 200;
+    }
+  }
+  CHECK(handled() == 200);  // every command ran, in turn
+  CHECK(server.stats().closedBroken == 0);
 }
 
 TEST_CASE("tcpstore: a wait answers when its keys arrive, CANCEL_WAIT ends every wait of the connection") {
