@@ -1,8 +1,9 @@
 // Serves torch's TCPStore protocol (tcpstore_codec.h) over the store core: what a torch rank's
 // TCPStore client (is_master=False) talks to, both torch 2.x's and 1.13's. One epoll thread reads
 // the connections it is handed, turns each command into a v1::StoreRequest for the connection's
-// StoreRequestHandler (the code the gRPC and framed adapters run too) and writes the answers in
-// TCPStore's bytes.
+// sink (a StoreRequestHandler over a core, the code the gRPC and framed adapters run too, or a
+// forwarder to the job's store elsewhere, store/forward/) and writes the answers in TCPStore's
+// bytes.
 //
 // Scope and admission: the protocol carries no run, round or token. Each connection is bound
 // once, when adopted, by the owner's `bind` function, to the scope every request of it uses, or
