@@ -22,6 +22,7 @@
 #include "agent/stack_dump.h"  // isPythonProcess
 #include "agent/straggler_detector.h"
 #include "agent/straggler_reports.h"
+#include "agent/torch_store.h"
 #include "agent/worker_group.h"
 #include "agent/worker_specs.h"
 #include "common/error.h"
@@ -154,6 +155,12 @@ class ElasticAgent::Impl {
   void startGroup(RoundInfo round) {
     // Single node: the workers' store is a folder per round; nothing to serve.
     if (round.storeAddr.empty()) specs_.placeFileStore(round);
+    if (options_.torchStore) {
+      // Every rank is a client of the agent's store, on this node; it outlives them all.
+      options_.torchStore->beginRound(options_.runId, round);
+      round.masterAddr = TorchStore::kAddress;
+      round.masterPort = options_.torchStore->port();
+    }
     judgeAttempt(round.restartCount > attempt_.round.restartCount);  // the attempt that ended, if not yet
     finishTimer_.cancel();
     dumpTimer_.cancel();
@@ -182,6 +189,7 @@ class ElasticAgent::Impl {
     emit(roundFormedEvent(round));
     group_->start();
     if (options_.heartbeats) options_.heartbeats->workersSpawned();
+    if (options_.torchStore) options_.torchStore->admit(group_->pids());
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
       WorkerExit w;
       w.localRank = localRank;
@@ -395,6 +403,7 @@ class ElasticAgent::Impl {
 
   void onGroupSucceeded() {
     attempt_.groupStopped = true;
+    if (options_.torchStore) options_.torchStore->admit({});
     supervisor_.sweepOrphans(group_->pids());
     rendezvous_.reportSucceeded(attempt_.round.round);
     settleStopReport();
@@ -402,6 +411,7 @@ class ElasticAgent::Impl {
 
   void onGroupStopped() {
     attempt_.groupStopped = true;
+    if (options_.torchStore) options_.torchStore->admit({});
     int swept = supervisor_.sweepOrphans(group_->pids());
     if (swept > 0) spdlog::info("killed {} leftover process(es) of the stopped workers", swept);
     if (attempt_.firstFailure) lastFailure_ = makeReport(*attempt_.firstFailure);

@@ -25,6 +25,8 @@ class io_context;
 
 namespace ddprun {
 
+class TorchStore;
+
 struct AgentOptions {
   std::string programName;          // as the user typed it, for messages
   std::string executable;           // absolute path
@@ -83,6 +85,10 @@ struct AgentOptions {
   // The workers' heartbeat channels (SocketHeartbeatSource; a fake in tests); null: no worker
   // beats, and every rank is judged by --finish_timeout alone.
   std::shared_ptr<HeartbeatSource> heartbeats;
+  // torch's store, served by the agent for its workers (MASTER_ADDR:MASTER_PORT of every round,
+  // TORCHELASTIC_USE_AGENT_STORE=True); null: rank 0 hosts its own TCPStore at the rendezvous'
+  // MASTER_ADDR:MASTER_PORT.
+  std::shared_ptr<TorchStore> torchStore;
   // The clock heartbeats are judged by (silence, --finish_timeout's "beat within"); tests fake it.
   std::function<std::chrono::steady_clock::time_point()> clock;
 };

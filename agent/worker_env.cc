@@ -34,8 +34,9 @@ Environment buildWorkerEnv(const WorkerEnvInputs& in) {
   env.set("TORCHELASTIC_RESTART_COUNT", std::to_string(r.restartCount));
   env.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(in.maxRestarts));
   env.set("TORCHELASTIC_RUN_ID", in.runId);
-  // PyTorch's rank 0 hosts its own TCPStore at MASTER_ADDR:MASTER_PORT; the agent hosts none there.
-  env.set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  // True: every rank is a TCPStore client of the agent's store at MASTER_ADDR:MASTER_PORT, which
+  // outlives any rank. False: rank 0 hosts its own TCPStore there (--torch_store=rank0).
+  env.set("TORCHELASTIC_USE_AGENT_STORE", in.agentStore ? "True" : "False");
   if (!in.errorFile.empty()) env.set("TORCHELASTIC_ERROR_FILE", in.errorFile);
   if (in.localWorldSize > 1) env.setDefault("OMP_NUM_THREADS", "1");
   env.setDefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");

@@ -19,6 +19,9 @@ struct WorkerEnvInputs {
   std::string runId = "none";
   std::string errorFile;
   bool virtualLocalRank = false;  // LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to one device
+  // The agent serves torch's store (agent/torch_store.h) at the round's MASTER_ADDR:MASTER_PORT;
+  // false: rank 0 hosts its own TCPStore there.
+  bool agentStore = false;
 };
 
 Environment buildWorkerEnv(const WorkerEnvInputs& in);

@@ -56,6 +56,7 @@ WorkerSpec makeSpec(const AgentOptions& options, const RoundInfo& round, int loc
   if (!options.flatRunDir) createFolder(dir);
 
   WorkerEnvInputs envIn;
+  envIn.agentStore = options.torchStore != nullptr;
   envIn.inherited = options.inherited;
   envIn.round = round;
   envIn.localRank = localRank;

@@ -139,6 +139,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.stopWithoutProgress = parseIntFlag("--stop_without_progress", text("stop_without_progress"), kMaxRestartsRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
   cfg.masterPortGiven = flagGiven(app, "master_port");
+  cfg.torchStore = parseTorchStore(text("torch_store"));
   cfg.signalsToHandle = parseSignals(text("signals_to_handle"));
   cfg.signalsToHandleText = std::string(trim(text("signals_to_handle")));
   checkStartMethod(text("start_method"));
@@ -174,6 +175,10 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.localAddr = text("local_addr");
   decideRendezvous(cfg, RendezvousFlags{text("rdzv_id"), text("nnodes"), randomRunId});
   if (cfg.multiNode) checkResolvable(cfg.endpointHost);
+  if (cfg.torchStore == LaunchConfig::TorchStoreMode::kAgent && cfg.multiNode && cfg.rdzvBackend == RdzvBackend::kEtcd) {
+    throw ConfigError("--torch_store=agent: the etcd backend has no store the agents can forward torch's to yet; "
+                      "use --torch_store=rank0 (what auto chooses there)");
+  }
 
   cfg.role = text("role");
   cfg.virtualLocalRank = flags.isOn("virtual_local_rank");

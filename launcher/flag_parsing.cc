@@ -106,6 +106,15 @@ std::string parseEventLogHandler(const std::string& value) {
   throw ConfigError(quoted("--event_log_handler", value) + ": expected null, console or dynamic_rendezvous");
 }
 
+LaunchConfig::TorchStoreMode parseTorchStore(const std::string& value) {
+  std::string v(trim(value));
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == "auto" || v.empty()) return LaunchConfig::TorchStoreMode::kAuto;
+  if (v == "agent") return LaunchConfig::TorchStoreMode::kAgent;
+  if (v == "rank0") return LaunchConfig::TorchStoreMode::kRank0;
+  throw ConfigError(quoted("--torch_store", value) + ": expected auto, agent or rank0");
+}
+
 std::string parseNumaBinding(const std::string& value) {
   if (value.empty() || value == "node" || value == "socket" || value == "exclusive" || value == "core-complex") {
     return value;

@@ -22,6 +22,7 @@
 #include "agent/posix_process_supervisor.h"
 #include "agent/socket_heartbeat_source.h"
 #include "agent/timeline.h"
+#include "agent/torch_store.h"
 #include "agent/worker_env.h"
 #include "common/error.h"
 #include "common/net.h"
@@ -144,7 +145,21 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
     rendezvous = std::make_unique<LocalRendezvous>(
         rendezvousOptions(cfg), [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
   }
+  std::shared_ptr<TorchStore> torchStore;
+  if (cfg.agentTorchStore()) {
+    TorchStoreOptions store;
+    // A user's --master_port is kept on one node (every restart sees it); otherwise a free port,
+    // held from now on, so that no restart collides on it. Across nodes --master_port is the
+    // static rendezvous' own port.
+    if (!cfg.multiNode && cfg.masterPortGiven) store.port = cfg.masterPort;
+    store.sinksFor = multiNode.torchStoreSinks;
+    if (!cfg.multiNode || store.sinksFor) {
+      torchStore = std::make_shared<TorchStore>(std::move(store));
+      spdlog::debug("serving torch's store at {}:{}", TorchStore::kAddress, torchStore->port());
+    }
+  }
   AgentOptions options = agentOptions(cfg, runDir.path());
+  options.torchStore = torchStore;
   options.flatRunDir = runDir.temporary();
   if (!cfg.tokenFile.empty()) options.inherited.set("DDPRUN_RDZV_TOKEN_FILE", cfg.tokenFile);
   for (const auto& [name, value] : multiNode.workerEnv) options.inherited.set(name, value);
@@ -172,6 +187,7 @@ int launch(const LaunchConfig& cfg, const MultiNodeStarter& startMultiNode) {
     io.stop();
   });
   io.run();
+  if (torchStore) torchStore->stop();  // before the rendezvous and the store it forwards to
   // Our own session ends first; a hosted server then gives the other agents time to read the end
   // of the job before it stops.
   rendezvous.reset();
@@ -237,7 +253,13 @@ int printDryRun(const LaunchConfig& cfg) {
     in.runId = cfg.runId;
     in.errorFile = "<log folder>/attempt_0/" + std::to_string(i) + "/error.json";
     in.virtualLocalRank = cfg.virtualLocalRank;
+    in.agentStore = cfg.agentTorchStore();
+    if (in.agentStore) {
+      in.round.masterAddr = TorchStore::kAddress;
+      in.round.masterPort = (!cfg.multiNode && cfg.masterPortGiven) ? cfg.masterPort : 0;
+    }
     Environment env = buildWorkerEnv(in);
+    if (in.agentStore && in.round.masterPort == 0) env.set("MASTER_PORT", "<a free port, chosen at start>");
     std::cout << "\nlocal rank " << i << " environment (set by ddprun; everything else is inherited):\n";
     for (const auto& name : contractVariableNames()) {
       auto value = env.get(name);

@@ -12,6 +12,7 @@
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/client/rendezvous.h"
+#include "store/core/store_request_sink.h"
 
 namespace ddprun {
 
@@ -33,6 +34,10 @@ struct MultiNodeRendezvous {
   // This node's id in the job (host:pid:random): how the rendezvous, the status and the members of
   // a round name it; the timeline says it too.
   std::string nodeId;
+  // The sinks torch's store (agent/torch_store.h) forwards a round's requests to: the job's store
+  // at the round's store address, with the job token. Unset: the backend has no store for it
+  // (etcd), and rank 0 hosts its own TCPStore.
+  std::function<StoreRequestSink::Factory(const RoundInfo& round)> torchStoreSinks;
 };
 
 using PostFn = std::function<void(std::function<void()>)>;

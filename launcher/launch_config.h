@@ -64,6 +64,15 @@ struct LaunchConfig {
   std::vector<std::string> slurmHosts;
   std::string slurmStep;
 
+  // --torch_store: the agent serves torch's store for its workers (agent/torch_store.h), or rank 0
+  // hosts its own TCPStore (kRank0, torchrun's default mode). auto: the agent where the backend
+  // lets it (single node, the gRPC and static backends), rank 0 on etcd.
+  enum class TorchStoreMode { kAuto, kAgent, kRank0 } torchStore = TorchStoreMode::kAuto;
+  // Whether the agent serves torch's store, as decided from torchStore and the backend.
+  bool agentTorchStore() const {
+    return torchStore != TorchStoreMode::kRank0 && !(multiNode && rdzvBackend == RdzvBackend::kEtcd);
+  }
+
   // Supervision
   int maxRestarts = 0;
   double monitorIntervalSeconds = 0.1;  // accepted for compatibility; exits are event-driven

@@ -61,7 +61,8 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   void start() { thread_ = std::thread([this] { run(); }); }
 
   void adopt(UniqueFd fd) {
-    const auto info = describe(fd.get());
+    auto info = describe(fd.get());
+    info.fd = fd.get();
     const auto scope = options_.bind(info);
     std::lock_guard lock(mu_);
     if (stopping_) return;

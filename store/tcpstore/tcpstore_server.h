@@ -56,6 +56,9 @@ struct TcpStoreConnectionInfo {
   // TCP loopback is the owner's to add in `bind`.
   std::optional<pid_t> pid;
   std::optional<uid_t> uid;
+  // The connection's socket, for a binding that asks the kernel more (agent/socket_peer.h); valid
+  // during the `bind` call only.
+  int fd = -1;
 };
 
 struct TcpStoreServerOptions {
