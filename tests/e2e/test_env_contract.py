@@ -17,9 +17,12 @@ and the two environments are compared variable by variable:
     .../attempt_0.<local rank>.error.json, README "Failure summary"; torch 1.13's quirk flags
     below send logs to files, so there both layouts are torchrun's);
   - every other difference is one of the intended ones, asserted explicitly below:
-      TORCHELASTIC_USE_AGENT_STORE is "False" under ddprun in both modes (torchrun 1.x's static
-        mode and 2.x's both modes say "True" because its agent hosts a TCPStore at MASTER_PORT;
-        ddprun's agent hosts none there, PyTorch's rank 0 does);
+      TORCHELASTIC_USE_AGENT_STORE is "True" under ddprun in both modes: its agent serves torch's
+        store at MASTER_ADDR:MASTER_PORT (torchrun 2.x's does too; 1.x's in static mode only, its
+        standalone mode says "False": rank 0 hosts the store there);
+      MASTER_ADDR is 127.0.0.1 under ddprun in standalone mode, where torchrun says "localhost":
+        the agent's store listens on loopback IPv4 only (a "localhost" that resolves to ::1 first
+        would cost every rank a refused connection);
       ddprun sets both NCCL_ASYNC_ERROR_HANDLING=1 and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (the
         name torch 2.x reads), where torchrun sets its own version's name only, and DDPRUN_ROUND=1 (rounds count from 1 in every mode);
       TORCHELASTIC_SIGNALS_TO_HANDLE (torchrun 2.x's too) holds ddprun's default list, which adds
@@ -134,6 +137,9 @@ class EnvContractTest(unittest.TestCase):
             with self.subTest(mode=mode, rank=rank):
                 t, d = self.pair(mode, rank)
                 keys = DETERMINISTIC + (list(PER_RUN) if mode == "static" else [])
+                if mode == "standalone":
+                    keys = [k for k in keys if k != "MASTER_ADDR"]  # an intended difference (above)
+                    self.assertEqual(d["MASTER_ADDR"], "127.0.0.1")
                 self.assertEqual({k: d.get(k) for k in keys}, {k: t.get(k) for k in keys})
                 # And they are what the flags asked for (so the comparison is not vacuous).
                 self.assertEqual((d["RANK"], d["LOCAL_RANK"], d["WORLD_SIZE"], d["LOCAL_WORLD_SIZE"]),
@@ -198,9 +204,9 @@ class EnvContractTest(unittest.TestCase):
             with self.subTest(mode=mode, rank=rank):
                 t, d = self.pair(mode, rank)
                 # USE_AGENT_STORE: torchrun 1.x's agent hosts the store in static mode only, 2.x's in
-                # both (its c10d rendezvous shares its TCPStore with the workers); ddprun's never.
+                # both (its c10d rendezvous shares its TCPStore with the workers); ddprun's always.
                 self.assertEqual(t["TORCHELASTIC_USE_AGENT_STORE"], "True" if mode == "static" or not TORCH1 else "False")
-                self.assertEqual(d["TORCHELASTIC_USE_AGENT_STORE"], "False")
+                self.assertEqual(d["TORCHELASTIC_USE_AGENT_STORE"], "True")
                 self.assertEqual(d.get("DDPRUN_ROUND"), "1")
                 job_markers = [k for k in d if k.startswith("DDPRUN_JOB_")]
                 self.assertEqual(len(job_markers), 1, job_markers)
@@ -235,7 +241,7 @@ class EnvContractTest(unittest.TestCase):
 
                 # Everything else, inherited variables included, is identical.
                 random_keys = {e2e_lib.MARKER, "TORCHELASTIC_SIGNALS_TO_HANDLE"}  # the tests' own marker; checked above
-                random_keys |= set(PER_RUN_ALWAYS) | (set(PER_RUN) if mode == "standalone" else set())
+                random_keys |= set(PER_RUN_ALWAYS) | (set(PER_RUN) | {"MASTER_ADDR"} if mode == "standalone" else set())
                 differing = sorted(k for k in set(t) & set(d) if t[k] != d[k] and k not in random_keys)
                 self.assertEqual(differing, [], {k: (t[k], d[k]) for k in differing})
         # One marker per job: the same on both ranks, a different one in the other job.
