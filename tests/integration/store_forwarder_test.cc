@@ -4,7 +4,11 @@
 // StoreClient sees; waits are sliced (waitSlice 100 ms here); end(), stop() and a store that goes
 // away must leave no wait hanging. Harness: rendezvous_test_harness.h (its watchdog ends the
 // executable when a test hangs).
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "ddprun/v1/store.pb.h"
 #include "rendezvous_test_harness.h"
 #include "store/forward/forwarding_sink.h"
@@ -220,6 +225,90 @@ std::string comparable(StoreResponse r) {
   }
   return r.ShortDebugString();
 }
+
+// A TCP proxy on 127.0.0.1 to `targetPort`: cut() drops every connection at once (no answer, no
+// goodbye, as a host that vanished) and refuses new ones.
+class CuttableProxy {
+ public:
+  explicit CuttableProxy(int targetPort) : target_(targetPort) {
+    listener_ = ddprun::UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener_.get(), 16) == 0);
+    socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~CuttableProxy() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void cut() { cut_ = true; }
+
+ private:
+  void loop() {
+    std::vector<std::pair<ddprun::UniqueFd, ddprun::UniqueFd>> conns;
+    while (!stop_) {
+      if (cut_) {
+        conns.clear();  // closes both ends of each
+        listener_.reset();
+      }
+      std::vector<pollfd> fds;
+      if (listener_.get() >= 0) fds.push_back({listener_.get(), POLLIN, 0});
+      for (auto& [a, b] : conns) {
+        fds.push_back({a.get(), POLLIN, 0});
+        fds.push_back({b.get(), POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      std::vector<int> broken;
+      for (const auto& p : fds) {
+        if (p.revents == 0) continue;
+        if (p.fd == listener_.get()) {
+          ddprun::UniqueFd in(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+          ddprun::UniqueFd out(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+          sockaddr_in addr{};
+          addr.sin_family = AF_INET;
+          addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          addr.sin_port = htons(static_cast<uint16_t>(target_));
+          if (in.get() >= 0 && ::connect(out.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+            conns.emplace_back(std::move(in), std::move(out));
+          }
+          continue;
+        }
+        for (auto& [a, b] : conns) {
+          if (p.fd != a.get() && p.fd != b.get()) continue;
+          const int to = p.fd == a.get() ? b.get() : a.get();
+          char buf[65536];
+          const ssize_t n = ::recv(p.fd, buf, sizeof buf, 0);
+          if (n <= 0 || !writeAll(to, buf, static_cast<std::size_t>(n))) broken.push_back(p.fd);
+        }
+      }
+      std::erase_if(conns, [&](const auto& c) {
+        return std::find_if(broken.begin(), broken.end(), [&](int fd) { return fd == c.first.get() || fd == c.second.get(); }) !=
+               broken.end();
+      });
+    }
+  }
+  static bool writeAll(int fd, const char* data, std::size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      data += w;
+      n -= static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+
+  const int target_;
+  int port_ = 0;
+  ddprun::UniqueFd listener_;
+  std::atomic<bool> stop_{false}, cut_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -487,6 +576,27 @@ TEST_CASE("store forwarder: the store stopping under a wait answers an error, no
   sink->handle(set);
   REQUIRE(answers.waitFor(2, kSafetyBound));
   CHECK(codeOf(answers.at(1)) == code(StoreCode::kUnavailable));
+  const auto stopStart = Clock::now();
+  forwarder.stop();
+  CHECK(Clock::now() - stopStart < 5s);
+}
+
+TEST_CASE("store forwarder: the connection to the store dropping under a wait answers unavailable", "[store_forwarder]") {
+  Watchdog dog(60s, "store forwarder: the connection drops");
+  JobStore store;
+  CuttableProxy proxy(store.server.port());
+  auto options = store.forwarderOptions();
+  options.client.address = proxy.address();
+  ddprun::StoreForwarder forwarder(options);
+  Answers answers;
+  auto sink = forwarder.makeSink(answers.respond());
+  auto wait = waitRequest(store, {"never"}, 60000);
+  sink->handle(wait);
+  std::this_thread::sleep_for(kSlice * 3);
+  proxy.cut();  // the store says nothing: only the broken connection tells
+  REQUIRE(answers.waitFor(1, kSafetyBound));
+  INFO(answers.at(0).ShortDebugString());
+  CHECK(codeOf(answers.at(0)) == code(StoreCode::kUnavailable));
   const auto stopStart = Clock::now();
   forwarder.stop();
   CHECK(Clock::now() - stopStart < 5s);
