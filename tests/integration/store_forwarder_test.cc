@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -600,4 +601,46 @@ TEST_CASE("store forwarder: the connection to the store dropping under a wait an
   const auto stopStart = Clock::now();
   forwarder.stop();
   CHECK(Clock::now() - stopStart < 5s);
+}
+
+namespace {
+
+int threadCount() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("store forwarder: the threads of ended sinks are joined, not kept", "[store_forwarder]") {
+  Watchdog dog(60s, "store forwarder: threads are reaped");
+  JobStore store;
+  ddprun::StoreForwarder forwarder(store.forwarderOptions());
+  auto oneConnection = [&](int i) {
+    Answers answers;
+    auto sink = forwarder.makeSink(answers.respond());
+    auto r = setRequest(store, "k" + std::to_string(i), "v");
+    sink->handle(r);
+    REQUIRE(answers.waitFor(1));
+    sink->end();
+  };
+  oneConnection(0);
+  // A sink that never sends anything costs no thread.
+  std::vector<std::shared_ptr<ddprun::StoreRequestSink>> idle;
+  const int before = threadCount();
+  REQUIRE(before > 0);
+  for (int i = 0; i < 20; ++i) idle.push_back(forwarder.makeSink([](StoreResponse&&) {}));
+  CHECK(threadCount() <= before);  // not 20 more
+  // Each new connection's thread joins the ones that finished: the count stays about level
+  // (the last one's thread may still be on its way out).
+  for (int i = 1; i <= 40; ++i) oneConnection(i);
+  INFO("threads before " << before << ", after " << threadCount());
+  CHECK(threadCount() <= before + 3);
+  for (auto& sink : idle) sink->end();
+  forwarder.stop();
+  CHECK(threadCount() <= before);
 }
