@@ -187,6 +187,23 @@ bool StoreClient::deleteKey(const std::string& key) {
   return impl_->run(request, impl_->options.timeout, "delete of '" + key + "'").delete_key().deleted();
 }
 
+v1::StoreResponse StoreClient::call(v1::StoreRequest& request, milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + std::max(wait, milliseconds(0)) + kDeadlineMargin;
+  auto failed = [](grpc::StatusCode code, const std::string& message) {
+    v1::StoreResponse response;
+    response.mutable_status()->set_code(static_cast<int32_t>(code));
+    response.mutable_status()->set_message(message);
+    return response;
+  };
+  try {
+    return impl_->wire ? impl_->wire->call(request, deadline) : impl_->session->call(request, deadline);
+  } catch (const ConnectionError& e) {  // reconnecting failed
+    return failed(grpc::StatusCode::UNAVAILABLE, e.what());
+  } catch (const std::exception& e) {
+    return failed(grpc::StatusCode::INTERNAL, "store call at " + impl_->options.address + ": " + e.what());
+  }
+}
+
 int64_t StoreClient::numKeys() {
   v1::StoreRequest request;
   impl_->fillScope(request.mutable_num_keys()->mutable_scope());

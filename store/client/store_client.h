@@ -21,6 +21,11 @@
 
 #include "tls/tls_options.h"
 
+namespace ddprun::v1 {
+class StoreRequest;
+class StoreResponse;
+}  // namespace ddprun::v1
+
 namespace ddprun {
 
 struct StoreClientOptions {
@@ -72,6 +77,15 @@ class StoreClient {
   bool deleteKey(const std::string& key);
   // Keys in this run and round.
   int64_t numKeys();
+
+  // The raw call, for a proxy (store/forward/) that carries other clients' requests: sends
+  // `request` as it is (its op's scope is the caller's to set, not the options'; its id is set
+  // here, the transport's) with a deadline of `wait` plus the margin every call has, and returns
+  // the response. Throws nothing for what the store or the connection answers: a failure is the
+  // response's status (a grpc::StatusCode number), DEADLINE_EXCEEDED at the deadline, UNAVAILABLE
+  // with the message when reconnecting failed. The keys and values are not validated here: the
+  // store validates them.
+  v1::StoreResponse call(v1::StoreRequest& request, std::chrono::milliseconds wait);
 
   const StoreClientOptions& options() const;
 
