@@ -144,6 +144,27 @@ class TorchStoreTest(ml.MultiNodeTestCase):
             self.assertTrue(seen["agree"], seen)
         self.assert_no_leftovers(jobs)
 
+    def test_cpp_and_torch_ranks_of_one_job_share_the_store(self):
+        # Two static nodes of two ranks: odd ranks libddp's C++ client (DDPRUN_STORE_ADDR, the
+        # framing), even ranks torch's TCPStore client through their agent. One store: every
+        # rank counts all four arrivals and sees one leader.
+        port = ml.free_port()
+        test_bin = os.environ.get("DDPRUN_TEST_BIN") or os.path.join(tl.REPO, "build", "test-bin")
+        args = lambda r: ["--nnodes=2", "--node_rank=%d" % r, "--master_addr=127.0.0.1", "--master_port=%d" % port,
+                          "--nproc_per_node=2", "--max_restarts=0", "--shutdown_timeout=2",
+                          tl.worker("mixed_store_job.py")]
+        env = {"DDPRUN_TEST_BIN": test_bin}
+        jobs = [self.agent("n0", args(0), env=env), self.agent("n1", args(1), env=env)]
+        results = self.wait_all(jobs, TIMEOUT)
+        for r in results:
+            self.assertEqual(r.returncode, 0, self.describe_all(jobs))
+        lines = [l for r in results for l in r.stdout.splitlines() if "arrived=" in l]
+        self.assertEqual(len(lines), 4, self.describe_all(jobs))
+        self.assertTrue(all("arrived=4 " in l for l in lines), lines)
+        leaders = {l.rsplit("leader=", 1)[1].strip() for l in lines}
+        self.assertEqual(len(leaders), 1, lines)
+        self.assert_no_leftovers(jobs)
+
 
 if __name__ == "__main__":
     main()
