@@ -138,7 +138,8 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.excludeNodeAfter = parseIntFlag("--exclude_node_after", text("exclude_node_after"), kMaxRestartsRange);
   cfg.stopWithoutProgress = parseIntFlag("--stop_without_progress", text("stop_without_progress"), kMaxRestartsRange);
   cfg.masterPort = parseIntFlag("--master_port", text("master_port"), kMasterPortRange);
-  cfg.masterPortGiven = flagGiven(app, "master_port");
+  // A Slurm step's port counts as given: the same on every node, apart for steps side by side.
+  cfg.masterPortGiven = flagGiven(app, "master_port") || slurm.values.count("master_port") > 0;
   cfg.torchStore = parseTorchStore(text("torch_store"));
   cfg.signalsToHandle = parseSignals(text("signals_to_handle"));
   cfg.signalsToHandleText = std::string(trim(text("signals_to_handle")));

@@ -3,8 +3,8 @@
 - Static mode (--nnodes=2 --node_rank=R --master_addr --master_port): node 0 hosts the rendezvous;
   an unmodified PyTorch DDP script trains with world size 4 over 2 agents and ends with the same
   weights as a single-node --standalone run with 4 workers. A recording shell worker checks the
-  contract across nodes (ranks, group ranks, one MASTER_ADDR:MASTER_PORT that is not the
-  rendezvous port, one round).
+  contract across nodes (ranks, group ranks, each node's own agent store at 127.0.0.1, or with
+  --torch_store=rank0 one MASTER_ADDR:MASTER_PORT that is not the rendezvous port; one round).
 - Elastic mode: 3 agents x 2 workers with --rdzv_backend=c10d (the alias) against one endpoint
   train the same script with world size 6, and --nnodes=2:3 with 2 agents and a short last call
   forms a round of 2 without waiting for a third.
@@ -92,11 +92,11 @@ class MultiNodeTest(ml.MultiNodeTestCase):
         for a, b in zip(got["losses"], expected["losses"]):
             self.assertAlmostEqual(a, b, delta=ATOL)
 
-    def test_static_environment_across_nodes(self):
+    def static_environment(self, extra):
         port = ml.free_port()
         prog = self.recorder()
         self.release()  # record and exit at once
-        jobs = [self.agent("n%d" % r, self.static_args(r, port) + [prog]) for r in (1, 0)]
+        jobs = [self.agent("n%d" % r, self.static_args(r, port) + extra + [prog]) for r in (1, 0)]
         for res in self.wait_all(jobs, 30):
             self.assert_exit(res, 0)
         self.assert_no_leftovers(jobs)
@@ -107,10 +107,20 @@ class MultiNodeTest(ml.MultiNodeTestCase):
             self.assertEqual(r["rank"], 2 * node_rank + r["local_rank"], r)
             self.assertEqual((r["world"], r["group_rank"], r["group_world"], r["restart"]), (4, node_rank, 2, 0), r)
         self.assertEqual({r["master_addr"] for r in recs}, {"127.0.0.1"}, recs)
-        ports = {r["master_port"] for r in recs}
-        self.assertEqual(len(ports), 1, "nodes disagree on MASTER_PORT: %s" % recs)
-        self.assertNotEqual(ports.pop(), port, "MASTER_PORT is the rendezvous port (rank 0's store cannot bind it)")
+        self.assertNotIn(port, {r["master_port"] for r in recs}, "MASTER_PORT is the rendezvous port")
         self.assertEqual(len({r["round"] for r in recs}), 1, recs)
+        return recs
+
+    def test_static_environment_across_nodes(self):
+        # Each node's agent serves torch's store on its own loopback: a port per node.
+        recs = self.static_environment([])
+        for node in ("n0", "n1"):
+            ports = {r["master_port"] for r in recs if r["node"] == node}
+            self.assertEqual(len(ports), 1, "ranks of node %s disagree on MASTER_PORT: %s" % (node, recs))
+
+    def test_static_environment_across_nodes_with_rank0s_store(self):
+        recs = self.static_environment(["--torch_store=rank0"])
+        self.assertEqual(len({r["master_port"] for r in recs}), 1, "nodes disagree on MASTER_PORT: %s" % recs)
 
     def test_hosting_agent_raises_its_file_limit_not_its_workers(self):
         # Node 0 hosts the server, which holds a descriptor per agent and per store client: it takes

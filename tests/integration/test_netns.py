@@ -39,7 +39,9 @@ class NetnsTest(ml.MultiNodeTestCase):
         agents = {}
         for t in ("a", "b", "c"):  # a first: it owns 192.0.2.1, so it hosts the endpoint
             agents[t] = self.agent(t, self.elastic_args("2:3", port, nproc=2, conf=conf, host=h.addr["a"],
-                                                        extra=["--log_level=info"]) + [prog],
+                                                        # rank 0's store: MASTER_ADDR is then the
+                                                        # host of group rank 0 as the others reach it
+                                                        extra=["--log_level=info", "--torch_store=rank0"]) + [prog],
                                    prefix=h.exec_prefix(t))
         jobs = list(agents.values())
 

@@ -34,7 +34,8 @@ RUN_S = 180  # safety bound for one srun; a run takes seconds here
 
 RECORD = r"""
 import json, os, sys
-keys = "RANK LOCAL_RANK WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE MASTER_ADDR TORCHELASTIC_RUN_ID SLURMD_NODENAME".split()
+keys = ("RANK LOCAL_RANK WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE MASTER_ADDR TORCHELASTIC_RUN_ID SLURMD_NODENAME "
+        "DDPRUN_STORE_ADDR").split()
 with open(os.path.join(sys.argv[1], "rank_%s.json" % os.environ["RANK"]), "w") as f:
     json.dump({k: os.environ.get(k) for k in keys}, f)
 """
@@ -91,9 +92,11 @@ class SlurmNetnsTest(unittest.TestCase):
                 ranks[r] = json.load(f)
         self.assertEqual({d["WORLD_SIZE"] for d in ranks.values()}, {"4"}, self.describe)
         self.assertEqual({d["GROUP_WORLD_SIZE"] for d in ranks.values()}, {"2"}, self.describe)
-        # The step's first node by the name Slurm gives it (it resolves here; where it does not,
-        # ddprun takes its NodeAddr: test_slurm_cluster.py).
-        self.assertEqual({d["MASTER_ADDR"] for d in ranks.values()}, {"n1"}, ranks)
+        # The rendezvous and the job's store on the step's first node, by the name Slurm gives it (it
+        # resolves here; where it does not, ddprun takes its NodeAddr: test_slurm_cluster.py);
+        # torch's store is each node's agent, on loopback.
+        self.assertEqual({d["DDPRUN_STORE_ADDR"].rsplit(":", 1)[0] for d in ranks.values()}, {"n1"}, ranks)
+        self.assertEqual({d["MASTER_ADDR"] for d in ranks.values()}, {"127.0.0.1"}, ranks)
         self.assertEqual([ranks[r]["SLURMD_NODENAME"] for r in range(4)], ["n1", "n1", "n2", "n2"], ranks)
         self.assertEqual(len({d["TORCHELASTIC_RUN_ID"] for d in ranks.values()}), 1, ranks)
         self.assertTrue(ranks[0]["TORCHELASTIC_RUN_ID"].startswith("slurm-"), ranks)
