@@ -18,6 +18,7 @@
 #include "agent/failure_report.h"
 #include "agent/hang_detector.h"
 #include "agent/hang_evidence.h"
+#include "agent/in_process_recovery.h"
 #include "agent/progress_judge.h"
 #include "agent/stack_dump.h"  // isPythonProcess
 #include "agent/straggler_detector.h"
@@ -36,7 +37,8 @@ class ElasticAgent::Impl {
       : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)),
         specs_(options_), attempt_(RoundInfo{}, options_.finishTimeout),
         hang_(options_.hangTimeoutAuto ? HangDetector(HangCalibrationRules{}) : HangDetector(options_.hangTimeout)),
-        hangTimer_(io), progress_(options_.stopWithoutProgress), healthTimer_(io), finishTimer_(io), dumpTimer_(io) {
+        hangTimer_(io), progress_(options_.stopWithoutProgress), healthTimer_(io), finishTimer_(io), dumpTimer_(io),
+        recovery_(options_.recovery == AgentOptions::Recovery::kInProcess) {
     if (!options_.stdoutConsole) options_.stdoutConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{1});
     if (!options_.stderrConsole) options_.stderrConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{2});
     if (!options_.canDumpStack) options_.canDumpStack = isPythonProcess;
@@ -84,6 +86,10 @@ class ElasticAgent::Impl {
 
   void onRoundReady(const RoundInfo& round) {
     if (finished_ || stopSignal_) return;
+    if (recovery_.pending && group_ && !attempt_.groupStopped) {
+      recoverInProcess(round);
+      return;
+    }
     pendingRound_ = round;
     maybeStartPendingRound();
   }
@@ -95,6 +101,12 @@ class ElasticAgent::Impl {
     // never starts.
     if (pendingRound_ && pendingRound_->round <= round) pendingRound_.reset();
     if (round == attempt_.round.round) emit(agentEvent(AgentEvent::Kind::kRoundInterrupted, round, reason));
+    if (recovery_.pending && group_ && !attempt_.groupStopped && round == attempt_.round.round) {
+      // In-process recovery: the live workers go on into the next round; nothing of this round
+      // runs any more but in them, so the hand-over is answered now.
+      rendezvous_.reportStopped(round);
+      return;
+    }
     if (group_ && !attempt_.groupStopped && round == attempt_.round.round && attempt_.dumping.empty()) {
       spdlog::info("round {} interrupted: {}; stopping workers", round, reason);
       group_->stop(SIGTERM, options_.shutdownGrace);
@@ -172,6 +184,8 @@ class ElasticAgent::Impl {
       channel = [this](int localRank) { return options_.heartbeats->openChannel(localRank); };
     }
     std::vector<WorkerSpec> specs = specs_.make(round, channel);
+    recovery_.reset();  // new processes: none has opted in yet
+    recovery_.pending.reset();
     group_.reset();  // the previous attempt's group has stopped and been swept
     WorkerGroupEvents events;
     // A rank that finished beats no more: it is not hung (seed 001: the ranks that finished are
@@ -199,6 +213,59 @@ class ElasticAgent::Impl {
     }
   }
 
+  // The next round of an in-process recovery: the failed worker is started again in it, the
+  // others are told it on their channels and keep their processes (DESIGN.md section 11).
+  void recoverInProcess(RoundInfo round) {
+    const WorkerExit failed = *recovery_.pending;
+    recovery_.pending.reset();
+    // A second failure before the next round: the group reports no second first failure until the
+    // failed worker is replaced, so it is seen here. The recovery fails; every rank restarts.
+    for (int lr = 0; lr < options_.nprocPerNode; ++lr) {
+      if (lr != failed.localRank && !group_->running(lr)) {
+        spdlog::warn("local rank {} ended during the in-process recovery: restarting every rank", lr);
+        group_->stop(SIGTERM, options_.shutdownGrace);
+        pendingRound_ = round;
+        return;
+      }
+    }
+    if (round.storeAddr.empty()) specs_.placeFileStore(round);
+    if (options_.torchStore) {
+      options_.torchStore->beginRound(options_.runId, round);
+      round.masterAddr = TorchStore::kAddress;
+      round.masterPort = options_.torchStore->port();
+    }
+    std::function<WorkerChannelEnd(int)> channel;
+    if (options_.heartbeats) {
+      channel = [this, &failed](int lr) {
+        return lr == failed.localRank ? options_.heartbeats->reopenChannel(lr) : WorkerChannelEnd{};
+      };
+    }
+    std::vector<WorkerSpec> specs = specs_.make(round, channel);
+    finishTimer_.cancel();
+    dumpTimer_.cancel();
+    attempt_ = Attempt(round, options_.finishTimeout);
+    group_->replace(failed.localRank, std::move(specs[static_cast<std::size_t>(failed.localRank)]));
+    if (options_.heartbeats) options_.heartbeats->workerSpawned(failed.localRank);
+    if (options_.torchStore) options_.torchStore->admit(group_->pids());
+    hang_.arm();
+    emit(roundFormedEvent(round));
+    WorkerExit started;
+    started.localRank = failed.localRank;
+    started.rank = round.rankOffset + failed.localRank;
+    started.pid = group_->pid(failed.localRank);
+    emit(workerEvent(AgentEvent::Kind::kWorkerStarted, round.round, started));
+    const std::string reason = "rank " + std::to_string(failed.rank) +
+                               (failed.signal ? " was killed by " + signalName(failed.signal)
+                                              : " exited with " + std::to_string(failed.exitCode));
+    int told = 0;
+    for (int lr = 0; lr < options_.nprocPerNode; ++lr) {
+      if (lr == failed.localRank || !options_.heartbeats) continue;
+      if (options_.heartbeats->sendToWorker(lr, InProcessRecovery::notice(round, lr, reason))) ++told;
+    }
+    spdlog::warn("recovered in process: rank {} started again as pid {}, {} live rank(s) told round {} (restart {} of {})",
+                 started.rank, started.pid, told, round.round, round.restartCount, options_.maxRestarts);
+  }
+
   void onHung(const HungRank& hung) {
     if (!group_ || attempt_.groupStopped || attempt_.firstFailure || stopSignal_) return;
     int localRank = hung.rank - attempt_.round.rankOffset;
@@ -214,12 +281,36 @@ class ElasticAgent::Impl {
                     (hung.calibrated ? " (bound " + formatSeconds(hung.bound) + ", learned by --hang_timeout=auto)"
                                      : "");
     spdlog::warn("rank {} is silent ({})", hung.rank, exit.hangNote);
+    std::string why;
+    if (recovery_.enabled() && !recovery_.pending &&
+        recovery_.eligible(localRank, options_.nprocPerNode, [this](int lr) { return group_->running(lr); }, &why)) {
+      // In-process recovery: the hung rank is ended now (its exit is the failure that is
+      // recovered); the others' collectives with it fail on its closed connections.
+      spdlog::warn("ending hung rank {} (pid {}) for an in-process recovery", hung.rank, exit.pid);
+      hang_.forget(hung.rank);
+      supervisor_.signalGroup(exit.pid, SIGKILL);
+      return;
+    }
     diagnoseAndStop(exit);
   }
 
   // --- heartbeats (docs/heartbeat.md) -----------------------------------------------------------
 
   void onBeat(const HeartbeatMessage& beat) {
+    if (beat.recoverable && group_) {
+      const int localRank = beat.rank - attempt_.round.rankOffset;
+      if (localRank >= 0 && localRank < options_.nprocPerNode) {
+        recovery_.optedIn(localRank);
+        if (beat.failed && recovery_.enabled() && !recovery_.pending && !attempt_.firstFailure &&
+            !attempt_.groupStopped && group_->running(localRank)) {
+          // Its own exception (python/ddprun/recovery.py): ended now, its exit is the failure that
+          // is recovered. While a recovery is under way, a rank's exception is its peer's failure.
+          spdlog::warn("rank {} raised under ddprun.recovery: ending it (pid {}) for an in-process recovery", beat.rank,
+                       group_->pid(localRank));
+          supervisor_.signalGroup(group_->pid(localRank), SIGKILL);
+        }
+      }
+    }
     // Only a live rank of the armed attempt counts for stragglers.
     if (!hang_.observe(beat, options_.clock()) || !beat.stepSeconds) return;
     for (auto& o : options_.observers) o->onStep(beat.rank - attempt_.round.rankOffset, *beat.stepSeconds);
@@ -367,12 +458,31 @@ class ElasticAgent::Impl {
       group_->killNow();
       return;
     }
-    attempt_.firstFailure = exit;
-    hang_.disarm();
     std::string how = !exit.spawnError.empty() ? "could not be started (" + exit.spawnError + ")"
                       : !exit.hangNote.empty() ? "is hung"
                       : exit.signal      ? "was killed by " + signalName(exit.signal)
                                          : "failed with exit code " + std::to_string(exit.exitCode);
+    if (recovery_.enabled() && exit.spawnError.empty()) {
+      drainBeats();  // the latest opt-ins
+      std::string why;
+      if (recovery_.eligible(exit.localRank, options_.nprocPerNode,
+                             [this](int lr) { return group_->running(lr); }, &why)) {
+        spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; recovering in process: the others keep running",
+                     exit.rank, exit.localRank, exit.pid, how);
+        recovery_.pending = exit;
+        recovery_.forget(exit.localRank);
+        emit(workerEvent(AgentEvent::Kind::kWorkerFailed, attempt_.round.round, exit, how));
+        hang_.forget(exit.rank);
+        // The rendezvous counts it against the budget and forms the next round (onRoundReady), or
+        // ends the job (onJobClosed: the group is stopped as for any failure).
+        attempt_.firstFailure = exit;
+        reportFailure(exit, how);
+        return;
+      }
+      spdlog::warn("in-process recovery is not possible ({}): restarting every rank", why);
+    }
+    attempt_.firstFailure = exit;
+    hang_.disarm();
     spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; stopping the others", exit.rank, exit.localRank, exit.pid,
                  how);
     emit(workerEvent(AgentEvent::Kind::kWorkerFailed, attempt_.round.round, exit, how));
@@ -513,6 +623,7 @@ class ElasticAgent::Impl {
   std::optional<FailureReportInput> lastFailure_;
   std::optional<JobClosure> closure_;  // the first closure of the job told
   std::optional<int> stopSignal_;
+  InProcessRecovery recovery_;  // --recovery=in_process
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;

@@ -89,6 +89,11 @@ struct AgentOptions {
   // TORCHELASTIC_USE_AGENT_STORE=True); null: rank 0 hosts its own TCPStore at the rendezvous'
   // MASTER_ADDR:MASTER_PORT.
   std::shared_ptr<TorchStore> torchStore;
+  // --recovery=in_process (DESIGN.md section 11): when a rank fails and every other live rank runs
+  // under the API (its beats say recoverable=1), only the failed rank is started again; the others
+  // are told the next round on their channel and keep their processes. Otherwise, and with
+  // kRestart, the whole group is stopped and started again.
+  enum class Recovery { kRestart, kInProcess } recovery = Recovery::kRestart;
   // The clock heartbeats are judged by (silence, --finish_timeout's "beat within"); tests fake it.
   std::function<std::chrono::steady_clock::time_point()> clock;
 };

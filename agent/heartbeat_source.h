@@ -36,6 +36,18 @@ class HeartbeatSource {
   virtual void workersSpawned() = 0;
   // Delivers everything queued now, before a decision that depends on the latest beats.
   virtual void drain() = 0;
+
+  // In-process recovery (DESIGN.md section 11): the channels of the workers that live on stay
+  // open across rounds; one replaced worker gets a new channel (its old one is closed) ...
+  virtual WorkerChannelEnd reopenChannel(int localRank) { return openChannel(localRank); }
+  // ... whose worker end the agent closes once that worker is spawned ...
+  virtual void workerSpawned(int localRank) { (void)localRank; }
+  // ... and a live worker is told its next round on its channel (docs/heartbeat.md, "Notices").
+  // False when the message could not be queued (no channel, the worker's end is gone, full).
+  virtual bool sendToWorker(int localRank, const std::string& message) {
+    (void)localRank, (void)message;
+    return false;
+  }
 };
 
 }  // namespace ddprun

@@ -9,6 +9,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -50,7 +51,7 @@ class SocketHeartbeatSource::Impl : public std::enable_shared_from_this<SocketHe
     readAll(*named_, /*deliver=*/false);
   }
 
-  WorkerChannelEnd openChannel(int /*localRank*/) {
+  WorkerChannelEnd openChannel(int localRank) {
     // CLOEXEC on both ends: the worker's end is made inheritable in its own child only
     // (worker_spawn.cc), so that no other worker and no helper the agent runs holds it.
     int fds[2];
@@ -69,17 +70,35 @@ class SocketHeartbeatSource::Impl : public std::enable_shared_from_this<SocketHe
     end.env = {{"DDPRUN_HEARTBEAT_FD", std::to_string(end.fd)}, {"DDPRUN_HEARTBEAT_SOCKET", name_}};
     channel->workerEnd = std::move(workerEnd);
     waitReadable(channel);
-    channels_.push_back(std::move(channel));
+    if (auto old = channels_.find(localRank); old != channels_.end()) {
+      boost::system::error_code ignored;
+      old->second->end.close(ignored);
+    }
+    channels_[localRank] = std::move(channel);
     return end;
   }
 
   void workersSpawned() {
-    for (auto& channel : channels_) channel->workerEnd.reset();
+    for (auto& [localRank, channel] : channels_) channel->workerEnd.reset();
+  }
+
+  void workerSpawned(int localRank) {
+    if (auto it = channels_.find(localRank); it != channels_.end()) it->second->workerEnd.reset();
+  }
+
+  bool sendToWorker(int localRank, const std::string& message) {
+    auto it = channels_.find(localRank);
+    if (it == channels_.end() || !it->second->end.is_open()) return false;
+    // Never blocks: a worker that reads nothing for long has a full queue and misses the notice;
+    // it then fails on its peers' closed connections, which the recovery bound covers.
+    const ssize_t n = ::send(it->second->end.native_handle(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    return n == static_cast<ssize_t>(message.size());
   }
 
   void drain() {
     readAll(*named_, true);
-    const auto channels = channels_;  // a beat's handler may start a new attempt
+    std::vector<std::shared_ptr<Channel>> channels;  // a beat's handler may start a new attempt
+    for (const auto& [localRank, channel] : channels_) channels.push_back(channel);
     for (const auto& channel : channels) readAll(*channel, true);
   }
 
@@ -120,7 +139,7 @@ class SocketHeartbeatSource::Impl : public std::enable_shared_from_this<SocketHe
 
   void closeChannels() {
     boost::system::error_code ignored;
-    for (auto& channel : channels_) channel->end.close(ignored);
+    for (auto& [localRank, channel] : channels_) channel->end.close(ignored);
     channels_.clear();
   }
 
@@ -128,7 +147,7 @@ class SocketHeartbeatSource::Impl : public std::enable_shared_from_this<SocketHe
   std::shared_ptr<Channel> named_;  // DDPRUN_HEARTBEAT_SOCKET
   std::string name_;
   OnBeat onBeat_;
-  std::vector<std::shared_ptr<Channel>> channels_;  // this attempt's, one per worker
+  std::map<int, std::shared_ptr<Channel>> channels_;  // this attempt's, by local rank
 };
 
 SocketHeartbeatSource::SocketHeartbeatSource(boost::asio::io_context& io) : impl_(std::make_shared<Impl>(io)) {
@@ -140,6 +159,11 @@ void SocketHeartbeatSource::setOnBeat(OnBeat onBeat) { impl_->setOnBeat(std::mov
 void SocketHeartbeatSource::newAttempt() { impl_->newAttempt(); }
 WorkerChannelEnd SocketHeartbeatSource::openChannel(int localRank) { return impl_->openChannel(localRank); }
 void SocketHeartbeatSource::workersSpawned() { impl_->workersSpawned(); }
+WorkerChannelEnd SocketHeartbeatSource::reopenChannel(int localRank) { return impl_->openChannel(localRank); }
+void SocketHeartbeatSource::workerSpawned(int localRank) { impl_->workerSpawned(localRank); }
+bool SocketHeartbeatSource::sendToWorker(int localRank, const std::string& message) {
+  return impl_->sendToWorker(localRank, message);
+}
 void SocketHeartbeatSource::drain() { impl_->drain(); }
 
 }  // namespace ddprun

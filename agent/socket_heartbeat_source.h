@@ -31,6 +31,9 @@ class SocketHeartbeatSource final : public HeartbeatSource {
   WorkerChannelEnd openChannel(int localRank) override;
   void workersSpawned() override;
   void drain() override;
+  WorkerChannelEnd reopenChannel(int localRank) override;
+  void workerSpawned(int localRank) override;
+  bool sendToWorker(int localRank, const std::string& message) override;
 
  private:
   class Impl;

@@ -11,7 +11,7 @@ const std::vector<std::string>& contractVariableNames() {
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
       "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
       "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES",
-      "DDPRUN_STORE_ADDR", "DDPRUN_STORE_PREFIX", "DDPRUN_ROUND"};
+      "DDPRUN_STORE_ADDR", "DDPRUN_STORE_PREFIX", "DDPRUN_ROUND", "DDPRUN_RECOVERY"};
   return names;
 }
 
@@ -55,6 +55,7 @@ Environment buildWorkerEnv(const WorkerEnvInputs& in) {
     env.set("DDPRUN_STORE_PREFIX", r.storePrefix);
   }
   env.set("DDPRUN_ROUND", std::to_string(r.round));
+  if (in.recoverInProcess) env.set("DDPRUN_RECOVERY", "in_process");
   return env;
 }
 

@@ -22,6 +22,9 @@ struct WorkerEnvInputs {
   // The agent serves torch's store (agent/torch_store.h) at the round's MASTER_ADDR:MASTER_PORT;
   // false: rank 0 hosts its own TCPStore there.
   bool agentStore = false;
+  // --recovery=in_process: DDPRUN_RECOVERY=in_process tells python/ddprun/recovery.py that a
+  // failed rank is replaced in place (so a rank's own exception waits for the next round).
+  bool recoverInProcess = false;
 };
 
 Environment buildWorkerEnv(const WorkerEnvInputs& in);

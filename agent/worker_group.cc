@@ -34,28 +34,20 @@ class WorkerGroup::Impl {
   }
 
   void start() {
+    for (auto& w : workers_) spawn(w);
+  }
+
+  bool replace(int localRank, WorkerSpec spec) {
     for (auto& w : workers_) {
-      try {
-        w.output = std::make_unique<WorkerOutput>(io_, w.spec.output);
-        SpawnRequest request = w.spec.request;
-        request.stdoutFd = w.output->stdoutWriteFd();
-        request.stderrFd = w.output->stderrWriteFd();
-        w.pid = supervisor_.spawn(request);
-        w.output->closeWriteEnds();
-        w.output->start();
-        spdlog::debug("started local rank {} (rank {}) as pid {}", w.spec.localRank, w.spec.rank, w.pid);
-      } catch (const Error& e) {
-        // Counts as a failed worker; reported from the event loop like any other exit.
-        if (w.output) w.output->close();
-        WorkerExit exit;
-        exit.localRank = w.spec.localRank;
-        exit.rank = w.spec.rank;
-        exit.exitCode = 127;
-        exit.spawnError = e.what();
-        w.exited = true;
-        boost::asio::post(io_, [this, exit] { recordExit(exit); });
-      }
+      if (w.spec.localRank != localRank) continue;
+      if (!w.exited || stopping_) return false;
+      if (w.output) w.output->close();
+      w = Worker{std::move(spec), nullptr, 0, false};
+      failureReported_ = false;  // the next failure is a new one
+      spawn(w);
+      return true;
     }
+    return false;
   }
 
   bool handleExit(const ProcessExit& processExit) {
@@ -145,6 +137,29 @@ class WorkerGroup::Impl {
   }
 
  private:
+  void spawn(Worker& w) {
+    try {
+      w.output = std::make_unique<WorkerOutput>(io_, w.spec.output);
+      SpawnRequest request = w.spec.request;
+      request.stdoutFd = w.output->stdoutWriteFd();
+      request.stderrFd = w.output->stderrWriteFd();
+      w.pid = supervisor_.spawn(request);
+      w.output->closeWriteEnds();
+      w.output->start();
+      spdlog::debug("started local rank {} (rank {}) as pid {}", w.spec.localRank, w.spec.rank, w.pid);
+    } catch (const Error& e) {
+      // Counts as a failed worker; reported from the event loop like any other exit.
+      if (w.output) w.output->close();
+      WorkerExit exit;
+      exit.localRank = w.spec.localRank;
+      exit.rank = w.spec.rank;
+      exit.exitCode = 127;
+      exit.spawnError = e.what();
+      w.exited = true;
+      boost::asio::post(io_, [this, exit] { recordExit(exit); });
+    }
+  }
+
   void recordExit(WorkerExit exit) {
     exit.time = std::chrono::system_clock::now();
     exits_.push_back(exit);
@@ -189,6 +204,7 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, ProcessSupervisor& supervi
     : impl_(std::make_unique<Impl>(io, supervisor, std::move(workers), std::move(events))) {}
 WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start() { impl_->start(); }
+bool WorkerGroup::replace(int localRank, WorkerSpec spec) { return impl_->replace(localRank, std::move(spec)); }
 bool WorkerGroup::handleExit(const ProcessExit& exit) { return impl_->handleExit(exit); }
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) { impl_->stop(sig, grace); }
 void WorkerGroup::killNow() { impl_->killNow(); }

@@ -56,6 +56,10 @@ class WorkerGroup {
   ~WorkerGroup();
 
   void start();
+  // In-process recovery: starts a worker that exited again from `spec` (a new process, the new
+  // round's environment) while the others keep running; its next failure is reported as a new
+  // first failure. False when that worker still runs or the group is stopping.
+  bool replace(int localRank, WorkerSpec spec);
   // Routes one exit from the supervisor; false when the pid is not one of this group's workers.
   bool handleExit(const ProcessExit& exit);
   // Sends sig to every running worker's process group, then SIGKILL after grace. Calling it again

@@ -57,6 +57,7 @@ WorkerSpec makeSpec(const AgentOptions& options, const RoundInfo& round, int loc
 
   WorkerEnvInputs envIn;
   envIn.agentStore = options.torchStore != nullptr;
+  envIn.recoverInProcess = options.recovery == AgentOptions::Recovery::kInProcess;
   envIn.inherited = options.inherited;
   envIn.round = round;
   envIn.localRank = localRank;

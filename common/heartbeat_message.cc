@@ -33,6 +33,10 @@ std::optional<HeartbeatMessage> parseHeartbeat(std::string_view datagram) {
       // Cleaned as the writers clean it: a confused sender cannot put more than one token in a log line.
       const std::string_view value = part.substr(8);
       message.section = value.empty() ? std::string() : cleanHeartbeatSection(value);
+    } else if (part == "recoverable=1") {
+      message.recoverable = true;
+    } else if (part == "failed=1") {
+      message.failed = true;
     } else if (startsWith(part, "time=")) {
       const auto seconds = parseSeconds(part.substr(5));
       message.stepSeconds = seconds ? cleanHeartbeatStepSeconds(*seconds) : std::nullopt;

@@ -26,6 +26,11 @@ struct HeartbeatMessage {
   int64_t step = 0;
   std::string section;                // empty: none
   std::optional<double> stepSeconds;  // the rank's own work in the step ("time=")
+  // "recoverable=1": the rank runs under ddprun.recovery and re-enters its training function on a
+  // notice instead of being restarted (--recovery=in_process).
+  bool recoverable = false;
+  // "failed=1": such a rank raised an exception of its own; the agent ends it and recovers it.
+  bool failed = false;
 };
 
 // The agent's reading of one datagram; nullopt when it is not a heartbeat (ignored, as garbage

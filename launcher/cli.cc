@@ -141,6 +141,7 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   // A Slurm step's port counts as given: the same on every node, apart for steps side by side.
   cfg.masterPortGiven = flagGiven(app, "master_port") || slurm.values.count("master_port") > 0;
   cfg.torchStore = parseTorchStore(text("torch_store"));
+  cfg.recoverInProcess = parseRecovery(text("recovery"));
   cfg.signalsToHandle = parseSignals(text("signals_to_handle"));
   cfg.signalsToHandleText = std::string(trim(text("signals_to_handle")));
   checkStartMethod(text("start_method"));
@@ -176,6 +177,14 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.localAddr = text("local_addr");
   decideRendezvous(cfg, RendezvousFlags{text("rdzv_id"), text("nnodes"), randomRunId});
   if (cfg.multiNode) checkResolvable(cfg.endpointHost);
+  if (cfg.recoverInProcess && cfg.multiNode) {
+    throw ConfigError("--recovery=in_process: single-node jobs only in this version; across nodes use "
+                      "--recovery=restart");
+  }
+  if (cfg.recoverInProcess && !cfg.agentTorchStore()) {
+    throw ConfigError("--recovery=in_process needs torch's store served by ddprun (it must outlive rank 0): "
+                      "drop --torch_store=rank0");
+  }
   if (cfg.torchStore == LaunchConfig::TorchStoreMode::kAgent && cfg.multiNode && cfg.rdzvBackend == RdzvBackend::kEtcd) {
     throw ConfigError("--torch_store=agent: the etcd backend has no store the agents can forward torch's to yet; "
                       "use --torch_store=rank0 (what auto chooses there)");

@@ -106,6 +106,13 @@ std::string parseEventLogHandler(const std::string& value) {
   throw ConfigError(quoted("--event_log_handler", value) + ": expected null, console or dynamic_rendezvous");
 }
 
+bool parseRecovery(const std::string& value) {
+  const std::string v(trim(value));
+  if (v == "restart" || v.empty()) return false;
+  if (v == "in_process") return true;
+  throw ConfigError(quoted("--recovery", value) + ": expected restart or in_process");
+}
+
 LaunchConfig::TorchStoreMode parseTorchStore(const std::string& value) {
   std::string v(trim(value));
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -73,6 +73,9 @@ void checkLogsSpecs(const std::string& value);
 // "console" (JSON lines on ddprun's stderr). Returns "null" or "console".
 std::string parseEventLogHandler(const std::string& value);
 
+// --recovery: restart (false) or in_process (true).
+bool parseRecovery(const std::string& value);
+
 // --torch_store: auto, agent or rank0 (any case).
 LaunchConfig::TorchStoreMode parseTorchStore(const std::string& value);
 

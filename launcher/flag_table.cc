@@ -28,6 +28,8 @@ constexpr FlagSpec kFlags[] = {
     {"master_addr", "", "PET_MASTER_ADDR", "127.0.0.1", kOption, "Address of the node of rank 0 (static)"},
     {"master_port", "", "PET_MASTER_PORT", "29500", kOption,
      "Port of torch's store (single node; default: a free one) or of the static rendezvous (node 0)"},
+    {"recovery", "", "PET_RECOVERY", "restart", kOption,
+     "On a rank's failure: restart (every rank) or in_process (replace the failed rank; see README)"},
     {"torch_store", "", "PET_TORCH_STORE", "auto", kOption,
      "Who serves torch's store: agent (ddprun, outlives every rank), rank0 (rank 0's TCPStore), auto"},
     {"local_addr", "", "PET_LOCAL_ADDR", "", kOption,

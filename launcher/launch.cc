@@ -91,6 +91,7 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.hangTimeoutAuto = cfg.hangTimeoutAuto;
   o.finishTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.finishTimeoutSeconds * 1000));
   o.stopWithoutProgress = cfg.stopWithoutProgress;
+  o.recovery = cfg.recoverInProcess ? AgentOptions::Recovery::kInProcess : AgentOptions::Recovery::kRestart;
   o.log = cfg.log;
   o.runDir = runDir;
   o.writeLogFiles = !cfg.log.logDir.empty();
@@ -254,6 +255,7 @@ int printDryRun(const LaunchConfig& cfg) {
     in.errorFile = "<log folder>/attempt_0/" + std::to_string(i) + "/error.json";
     in.virtualLocalRank = cfg.virtualLocalRank;
     in.agentStore = cfg.agentTorchStore();
+    in.recoverInProcess = cfg.recoverInProcess;
     if (in.agentStore) {
       in.round.masterAddr = TorchStore::kAddress;
       in.round.masterPort = (!cfg.multiNode && cfg.masterPortGiven) ? cfg.masterPort : 0;

@@ -68,6 +68,8 @@ struct LaunchConfig {
   // hosts its own TCPStore (kRank0, torchrun's default mode). auto: the agent where the backend
   // lets it (single node, the gRPC and static backends), rank 0 on etcd.
   enum class TorchStoreMode { kAuto, kAgent, kRank0 } torchStore = TorchStoreMode::kAuto;
+  // --recovery=in_process: replace only a failed rank (AgentOptions::recovery).
+  bool recoverInProcess = false;
   // Whether the agent serves torch's store, as decided from torchStore and the backend.
   bool agentTorchStore() const {
     return torchStore != TorchStoreMode::kRank0 && !(multiNode && rdzvBackend == RdzvBackend::kEtcd);

@@ -15,7 +15,11 @@ step and section, instead of waiting out a collective's own timeout (NCCL's is 1
 Outside ddprun every call does nothing (enabled() says which). No call blocks or raises into
 training, and a beat costs at most one non-blocking send (each function's docstring says what it
 costs). Standard library only and typed (py.typed); the implementation is ddprun._heartbeat,
-whose names are private. ddprun.lightning has a PyTorch Lightning callback.
+whose names are private. ddprun.lightning has a PyTorch Lightning callback; ddprun.recovery
+(`ddprun --recovery=in_process`) runs a training function so that the surviving ranks of a job
+keep their processes when one rank dies: recovery.run(train, state) re-forms the process group in
+the new round ddprun announces and resumes from the furthest rank's last committed step. Neither
+is imported here (import them by name).
 """
 
 # The API alone: `dir(ddprun)` lists these four and the module's dunders (and `lightning` once

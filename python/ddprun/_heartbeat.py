@@ -15,7 +15,7 @@ import re
 import socket
 import threading
 import time
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 # The grammar's bounds (docs/heartbeat.md, common/heartbeat_message.h): the same in libddp and the agent.
 _MAX_SECTION = 64
@@ -39,13 +39,18 @@ def _clean_seconds(seconds: Any) -> Optional[float]:
     return value
 
 
-def _format(rank: int, step: int, section: Optional[str], seconds: Optional[float]) -> str:
-    """The canonical datagram (tests/data/heartbeat_golden.tsv): section and seconds already clean."""
+def _format(rank: int, step: int, section: Optional[str], seconds: Optional[float],
+            extra: Sequence[str] = ()) -> str:
+    """The canonical datagram (tests/data/heartbeat_golden.tsv): section and seconds already clean.
+    `extra`: further "key=value" tokens (the grammar's other keys, e.g. ddprun.recovery's
+    "recoverable=1"), written last in the order given; none by default (the table's bytes)."""
     text = "%d %d" % (rank, step)
     if section is not None:
         text += " section=" + section
     if seconds is not None:
         text += " time=%.6f" % seconds
+    for token in extra:
+        text += " " + token
     return text + "\n"
 
 
@@ -91,6 +96,9 @@ class _Channel:
         self._time_sum = 0.0
         self._time_count = 0
         self._pending = False  # a beat was thinned since the last one sent: flush() sends it
+        # Tokens every beat of this process carries after its own (ddprun.recovery sets
+        # ("recoverable=1",) while recovery.run() runs): "key=value" each, no spaces.
+        self.extra: Tuple[str, ...] = ()
 
     def _open(self) -> bool:
         name = os.environ.get("DDPRUN_HEARTBEAT_SOCKET", "")
@@ -125,10 +133,10 @@ class _Channel:
             self._open()
         return self._sock is not None
 
-    def send(self, seconds: Optional[float] = None) -> None:
+    def send(self, seconds: Optional[float] = None, force: bool = False) -> None:
         """One heartbeat with the current step and section (and the step's compute time, when
-        given), unless the last went out less than min_interval ago in the same section; never
-        raises, never blocks."""
+        given), unless the last went out less than min_interval ago in the same section (and
+        `force` is False); never raises, never blocks."""
         with self._lock:
             try:
                 if not self.ready():
@@ -138,7 +146,7 @@ class _Channel:
                     self._time_count += 1
                 current = self.sections[-1] if self.sections else None
                 now = time.monotonic()
-                if (self._last_sent is not None and current == self._last_section
+                if (not force and self._last_sent is not None and current == self._last_section
                         and now - self._last_sent < self.min_interval):
                     self._pending = True
                     return
@@ -167,7 +175,7 @@ class _Channel:
         if self._time_count:
             seconds = self._time_sum / self._time_count
             self._time_sum, self._time_count = 0.0, 0
-        data = _format(rank, max(self.step, 0), current, seconds).encode()
+        data = _format(rank, max(self.step, 0), current, seconds, self.extra).encode()
         if self._address is None:
             # MSG_NOSIGNAL: the agent gone is an error here, not a SIGPIPE (a script may have
             # restored its default action).

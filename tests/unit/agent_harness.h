@@ -47,6 +47,7 @@ struct AgentSetup {
   std::chrono::milliseconds stackDumpWait = 3s;
   std::function<bool(pid_t)> canDumpStack = [](pid_t) { return false; };
   std::vector<std::shared_ptr<ddprun::AgentObserver>> observers = {};
+  AgentOptions::Recovery recovery = AgentOptions::Recovery::kRestart;
 };
 
 // The harness's rendezvous: a LocalRendezvous that can claim a round was fenced, as the gRPC
@@ -129,6 +130,7 @@ struct AgentHarness {
     o.hangTimeout = setup.hangTimeout;
     o.stopWithoutProgress = setup.stopWithoutProgress;
     o.heartbeats = heartbeats;
+    o.recovery = setup.recovery;
     o.clock = [this] { return now; };
     agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
   }

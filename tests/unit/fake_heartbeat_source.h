@@ -23,16 +23,27 @@ class FakeHeartbeatSource final : public HeartbeatSource {
   }
   void workersSpawned() override { ++spawnedCalls; }
   void drain() override { ++drains; }
+  WorkerChannelEnd reopenChannel(int localRank) override {
+    reopened.push_back(localRank);
+    return openChannel(localRank);
+  }
+  bool sendToWorker(int localRank, const std::string& message) override {
+    sent.emplace_back(localRank, message);
+    return true;
+  }
 
   // A worker of the current attempt beats (delivered at once, as the real source does on the loop).
-  void beat(int rank, int64_t step, std::string section = {}, std::optional<double> seconds = std::nullopt) {
-    if (onBeat_) onBeat_(HeartbeatMessage{rank, step, std::move(section), seconds});
+  void beat(int rank, int64_t step, std::string section = {}, std::optional<double> seconds = std::nullopt,
+            bool recoverable = false) {
+    if (onBeat_) onBeat_(HeartbeatMessage{rank, step, std::move(section), seconds, recoverable});
   }
 
   int attempts = 0;
   int spawnedCalls = 0;
   int drains = 0;
   std::vector<int> opened;  // local ranks whose channel the current attempt opened
+  std::vector<int> reopened;  // local ranks given a new channel by an in-process recovery
+  std::vector<std::pair<int, std::string>> sent;  // notices to live workers, by local rank
 
  private:
   OnBeat onBeat_;

@@ -1,0 +1,18 @@
+#include "agent/in_process_recovery.h"
+
+#include "common/strings.h"
+
+namespace ddprun {
+
+std::string InProcessRecovery::notice(const RoundInfo& round, int localRank, const std::string& reason) {
+  // The worker reads this (python/ddprun/recovery.py); at most 1024 bytes, the reason last.
+  std::string out = "recover round=" + std::to_string(round.round) + " restart=" + std::to_string(round.restartCount) +
+                    " rank=" + std::to_string(round.rankOffset + localRank) +
+                    " world=" + std::to_string(round.worldSize) + " local_rank=" + std::to_string(localRank) +
+                    " master_addr=" + round.masterAddr + " master_port=" + std::to_string(round.masterPort) +
+                    " reason=";
+  out += printable(reason, 160);  // escaped bytes take 4: at most about 700 of the 1024
+  return out.substr(0, 1024);
+}
+
+}  // namespace ddprun

@@ -1,0 +1,59 @@
+// --recovery=in_process, the agent's bookkeeping (DESIGN.md section 11): which live ranks run under
+// the API (their beats carry recoverable=1), whether a failure may be recovered in place, the
+// failure being recovered, and the notice a live worker is told its next round with
+// (docs/heartbeat.md, "Notices"). The agent (elastic_agent.cc) does the acting: it keeps the
+// group, replaces the failed worker, tells the others.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+
+#include "agent/worker_group.h"
+#include "rendezvous/rules/node_view.h"
+
+namespace ddprun {
+
+class InProcessRecovery {
+ public:
+  explicit InProcessRecovery(bool enabled) : enabled_(enabled) {}
+
+  bool enabled() const { return enabled_; }
+  // A beat of local rank `localRank` said recoverable=1.
+  void optedIn(int localRank) { optedIn_.insert(localRank); }
+  // A new process runs at local rank `localRank` (a start or a replacement): it has not opted in yet.
+  void forget(int localRank) { optedIn_.erase(localRank); }
+  void reset() { optedIn_.clear(); }
+
+  // Whether the failure of `failed` may be recovered in place: enabled, and every other local rank
+  // of 0..nproc-1 is running and opted in. `running(localRank)` tells which run; `why` says what
+  // stands in the way otherwise.
+  template <class Running>
+  bool eligible(int failed, int nproc, Running running, std::string* why) const {
+    if (!enabled_) return false;
+    for (int lr = 0; lr < nproc; ++lr) {
+      if (lr == failed) continue;
+      if (!running(lr)) {
+        *why = "local rank " + std::to_string(lr) + " is not running either";
+        return false;
+      }
+      if (!optedIn_.count(lr)) {
+        *why = "local rank " + std::to_string(lr) + " does not run under ddprun.recovery";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The failure being recovered, from the failure to the next round's start.
+  std::optional<WorkerExit> pending;
+
+  // The notice that tells a live worker its next round: one line of key=value, `reason` last.
+  static std::string notice(const RoundInfo& round, int localRank, const std::string& reason);
+
+ private:
+  bool enabled_;
+  std::set<int> optedIn_;
+};
+
+}  // namespace ddprun

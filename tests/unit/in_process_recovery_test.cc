@@ -1,0 +1,155 @@
+// --recovery=in_process, the agent's side (agent/in_process_recovery.h, elastic_agent.cc) over a
+// fake supervisor and heartbeat source: a failed rank is replaced while the others keep running and
+// are told the next round; what makes it fall back to a restart of every rank. The real thing, with
+// torch and gloo: tests/integration/test_in_process_recovery.py.
+#include <signal.h>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "agent/in_process_recovery.h"
+#include "agent_harness.h"
+
+namespace ddprun::test {
+namespace {
+
+constexpr auto kInProcess = AgentOptions::Recovery::kInProcess;
+
+// What the agent logs while alive (its decisions go to spdlog, not to the workers' console).
+struct LogLines {
+  LogLines() : previous(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>("recovery-test", std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogLines() { spdlog::set_default_logger(previous); }
+  std::string text() const { return out.str(); }
+  std::ostringstream out;
+  std::shared_ptr<spdlog::logger> previous;
+};
+
+void optInAll(AgentHarness& h, int nproc) {
+  for (int r = 0; r < nproc; ++r) h.heartbeats->beat(r, 5, {}, std::nullopt, /*recoverable=*/true);
+}
+
+bool signalled(const AgentHarness& h, pid_t pid) {
+  for (const auto& s : h.supervisor.signals()) {
+    if (s.pid == pid) return true;
+  }
+  return false;
+}
+
+TEST_CASE("in-process recovery: only the failed rank starts again, the others are told the next round", "[agent][recovery]") {
+  AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 2, .recovery = kInProcess});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 3);
+  optInAll(h, 3);
+  h.supervisor.exitProcess(1001, 1);  // rank 1 fails
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);  // its replacement, and no one else
+  CHECK(h.envOf(3, "RANK") == "1");
+  CHECK(h.envOf(3, "TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(h.envOf(3, "DDPRUN_ROUND") == "2");
+  CHECK_FALSE(signalled(h, 1000));
+  CHECK_FALSE(signalled(h, 1002));
+  CHECK(h.heartbeats->reopened == std::vector<int>{1});
+  REQUIRE(h.heartbeats->sent.size() == 2);
+  CHECK(h.heartbeats->sent[0].first == 0);
+  CHECK(h.heartbeats->sent[0].second.rfind("recover round=2 restart=1 rank=0 world=3 local_rank=0 ", 0) == 0);
+  CHECK(h.heartbeats->sent[1].first == 2);
+  CHECK(h.heartbeats->sent[1].second.find(" reason=rank 1 exited with 1") != std::string::npos);
+  CHECK_FALSE(h.status().has_value());
+
+  // The job then ends as any: every rank exits 0.
+  for (pid_t pid : {1000, 1002, 1003}) h.supervisor.exitProcess(pid, 0);
+  h.pump();
+  CHECK(h.statuses == std::vector<int>{0});
+}
+
+TEST_CASE("in-process recovery: two failures in a row, each within the budget, each recovered in place", "[agent][recovery]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 2, .recovery = kInProcess});
+  h.start();
+  optInAll(h, 2);
+  h.supervisor.exitProcess(1000, 1);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 3);
+  // The replacement must opt in itself before it can be recovered around.
+  h.heartbeats->beat(0, 0, {}, std::nullopt, true);
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);
+  CHECK(h.envOf(3, "TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK_FALSE(signalled(h, 1002));
+  // A third failure is past --max_restarts=2: the job fails, the rest are stopped.
+  h.heartbeats->beat(1, 0, {}, std::nullopt, true);
+  h.supervisor.exitProcess(1002, 3);
+  h.pump();
+  CHECK(signalled(h, 1003));
+  h.supervisor.exitProcess(1003, 143);
+  h.pump();
+  REQUIRE(h.status().has_value());
+  CHECK(*h.status() == 3);
+}
+
+TEST_CASE("in-process recovery: a live rank that did not opt in makes it a restart of every rank", "[agent][recovery]") {
+  LogLines log;
+  AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 1, .recovery = kInProcess});
+  h.start();
+  h.heartbeats->beat(0, 1, {}, std::nullopt, true);
+  h.heartbeats->beat(1, 1, {}, std::nullopt, true);
+  h.heartbeats->beat(2, 1);  // beats, but not under ddprun.recovery
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  CHECK(signalled(h, 1000));
+  CHECK(signalled(h, 1002));
+  CHECK(h.heartbeats->sent.empty());
+  CHECK(log.text().find("local rank 2 does not run under ddprun.recovery") != std::string::npos);
+}
+
+TEST_CASE("in-process recovery: off by default, the group restarts as always", "[agent][recovery]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 1});
+  h.start();
+  optInAll(h, 2);
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  CHECK(signalled(h, 1000));
+  CHECK(h.heartbeats->sent.empty());
+}
+
+TEST_CASE("in-process recovery: a second failure before the next round falls back to a restart of every rank", "[agent][recovery]") {
+  LogLines log;
+  AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 3, .recovery = kInProcess});
+  h.start();
+  optInAll(h, 3);
+  h.supervisor.exitProcess(1001, 1);
+  h.supervisor.exitProcess(1002, 1);  // before the loop formed the next round
+  h.pump();
+  CHECK(signalled(h, 1000));  // the survivor is stopped: every rank starts again
+  CHECK(h.heartbeats->sent.empty());
+  h.supervisor.exitProcess(1000, 143);
+  h.pump();
+  CHECK(h.supervisor.spawned().size() == 6);
+  CHECK(log.text().find("local rank 2 ended during the in-process recovery") != std::string::npos);
+}
+
+TEST_CASE("in-process recovery: the notice a live worker is told", "[agent][recovery]") {
+  RoundInfo round;
+  round.round = 7;
+  round.restartCount = 3;
+  round.rankOffset = 4;
+  round.worldSize = 8;
+  round.masterAddr = "127.0.0.1";
+  round.masterPort = 29555;
+  CHECK(InProcessRecovery::notice(round, 2, "rank 5 was killed by SIGKILL") ==
+        "recover round=7 restart=3 rank=6 world=8 local_rank=2 master_addr=127.0.0.1 master_port=29555 "
+        "reason=rank 5 was killed by SIGKILL");
+  const std::string hostile = InProcessRecovery::notice(round, 0, std::string(5000, '\n'));
+  CHECK(hostile.size() <= 1024);
+  CHECK(hostile.find('\n') == std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::test
