@@ -13,11 +13,13 @@ parameters as an uninterrupted one of the same world size. Rank 0 prints "step N
 are done, and at the end "digest HEX": the first 16 hex digits of the sha256 of the final
 parameters' bytes.
 
-Test hooks (environment; they act only while TORCHELASTIC_RESTART_COUNT is 0, i.e. before any
-recovery or restart, so that a replacement does not fail again):
+Test hooks (environment; each is a comma-separated list of RANK:STEP[:X][@RESTART], acting only
+while TORCHELASTIC_RESTART_COUNT is RESTART, 0 by default, i.e. before any recovery or restart, so
+that a replacement does not fail again):
     RECOVERABLE_DIE_AT=RANK:STEP[:SIGNAL]  that rank kills itself (SIGKILL unless a signal name or
                                            number is given) right after committing STEP steps
     RECOVERABLE_RAISE_AT=RANK:STEP         that rank raises RuntimeError there instead
+    RECOVERABLE_HANG_AT=RANK:STEP          that rank stops there (sleeps, beating no more)
     RECOVERABLE_PIDS=PATH                  each process appends "rank pid restart_count" at start
 """
 
@@ -48,13 +50,17 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def hook(name):
-    """(rank, step, extra) of a RANK:STEP[:X] hook that applies to this process, else None."""
-    value = os.environ.get(name, "")
-    if not value or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        return None
-    parts = value.split(":")
-    return int(parts[0]), int(parts[1]), (parts[2] if len(parts) > 2 else None)
+def hooks(name):
+    """{(rank, step): extra} of the RANK:STEP[:X][@RESTART] hooks in `name` that apply now."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    out = {}
+    for item in filter(None, os.environ.get(name, "").split(",")):
+        spec, _, when = item.partition("@")
+        if (when or "0") != restart:
+            continue
+        parts = spec.split(":")
+        out[int(parts[0]), int(parts[1])] = parts[2] if len(parts) > 2 else None
+    return out
 
 
 def batch(step, rank):
@@ -95,7 +101,6 @@ def main(argv=None):
         with open(pids, "a") as f:
             f.write("%s %d %s\n" % (os.environ.get("RANK", "?"), os.getpid(),
                                     os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
-    die, fail = hook("RECOVERABLE_DIE_AT"), hook("RECOVERABLE_RAISE_AT")
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (the sync broadcasts rank 0's anyway)
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -104,6 +109,8 @@ def main(argv=None):
     loss_fn = nn.MSELoss()
 
     def train(ctx):
+        # Read at each round's start: a recovery sets the new TORCHELASTIC_RESTART_COUNT.
+        die, fail, hang = hooks("RECOVERABLE_DIE_AT"), hooks("RECOVERABLE_RAISE_AT"), hooks("RECOVERABLE_HANG_AT")
         ddp = DDP(model)  # per round: it holds the round's process group
         ddp.register_comm_hook(None, per_parameter_mean)
         for s in range(ctx.step, args.steps):
@@ -118,12 +125,15 @@ def main(argv=None):
             ctx.commit(s + 1)
             if ctx.rank == 0:
                 print("step %d" % (s + 1), flush=True)
-            if die and die[0] == ctx.rank and die[1] == s + 1:
-                name = die[2] or "SIGKILL"
+            here = (ctx.rank, s + 1)
+            if here in die:
+                name = die[here] or "SIGKILL"
                 sig = int(name) if name.isdigit() else getattr(signal, name if name.startswith("SIG") else "SIG" + name)
                 os.kill(os.getpid(), sig)
-            if fail and fail[0] == ctx.rank and fail[1] == s + 1:
-                raise RuntimeError("RECOVERABLE_RAISE_AT: rank %d raises after step %d" % (ctx.rank, s + 1))
+            if here in fail:
+                raise RuntimeError("RECOVERABLE_RAISE_AT: rank %d raises after step %d" % here)
+            if here in hang:
+                time.sleep(3600)
         return ctx.rank
 
     rank = recovery.run(train, state, timeout_s=args.timeout_s, notice_timeout_s=args.notice_timeout_s)

@@ -488,6 +488,54 @@ def _sync(dist: Any, state: Any, committed: int) -> Tuple[int, int]:
     return int(objects[1]), source
 
 
+# Where the main thread is while it waits on its peers: torch's collectives, DDP, autograd (DDP's
+# all-reduce runs inside backward), the process group's set-up. Paths as in a frame's co_filename.
+_WAITING_IN = tuple(os.sep + os.path.join("torch", *parts) + os.sep for parts in
+                    (("distributed",), ("nn", "parallel"), ("autograd",)))
+
+
+def _in_torch_wait(frame: Any) -> bool:
+    """Whether a frame of this stack runs in torch's collectives, DDP or autograd."""
+    depth = 0
+    while frame is not None and depth < 200:
+        name = frame.f_code.co_filename
+        if any(part in name for part in _WAITING_IN):
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
+class _WaitBeats:
+    """While the main thread sits in a torch.distributed call (waiting on its peers), a daemon
+    thread beats for it once a second, with the step unchanged: a rank that waits on a hung peer is
+    alive, and only the rank hung in its own code falls silent, so that --hang_timeout names the
+    rank to replace (the others are stuck only because of it). A rank stuck inside a collective
+    itself (all of them, say, on a stuck device) is then ended by the group's timeout (timeout_s)."""
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        self._main = threading.main_thread().ident
+        self._period = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ddprun-recovery-beats", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                frame = sys._current_frames().get(self._main)  # noqa: SLF001 (the stdlib's way)
+                if frame is not None and _in_torch_wait(frame):
+                    _heartbeat._channel.send(force=True)
+                del frame
+            except Exception:  # noqa: BLE001  (a beat never breaks training)
+                pass
+
+
 class _Runner:
     """run()'s loop state: the channel, the committed step, a notice already taken."""
 
@@ -547,10 +595,14 @@ def run(train: Callable[[Context], T], state: Any, *, backend: str = "gloo", tim
     runner = _Runner(reader)
     channel = _heartbeat._channel
     saved_extra = channel.extra
+    waiting: Optional[_WaitBeats] = None
     if reader.available():
         channel.extra = saved_extra + (_RECOVERABLE_TOKEN,)
         channel.step = max(channel.step, 0)
         channel.send(force=True)  # opt in at once
+        if _in_process_mode():
+            waiting = _WaitBeats()
+            waiting.start()
     recovered: Optional[_Notice] = None
     try:
         while True:
@@ -592,5 +644,7 @@ def run(train: Callable[[Context], T], state: Any, *, backend: str = "gloo", tim
             _apply(notice)
             recovered = notice
     finally:
+        if waiting is not None:
+            waiting.stop()
         channel.extra = saved_extra
         reader.close()
