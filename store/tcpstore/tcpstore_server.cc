@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -62,6 +63,11 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
 
   void adopt(UniqueFd fd) {
     auto info = describe(fd.get());
+    if (!info.unixSocket && !info.address.empty()) {
+      // Answers are small and each is awaited: none may sit in Nagle's buffer for an ACK.
+      const int one = 1;
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     info.fd = fd.get();
     const auto scope = options_.bind(info);
     std::lock_guard lock(mu_);
