@@ -91,6 +91,15 @@ class TorchStoreTest(ml.MultiNodeTestCase):
             self.assertIn("timeout", err.lower(), err)  # torch's timeout, not a reset connection
             self.assertLess(got[r]["waited"], 30, got[r])  # its own 3 s timeout, with room for a slow machine
 
+    def test_rank0_killed_while_the_others_wait_ends_the_job_at_once(self):
+        # A restart policy's view (no restarts): the job ends with rank 0's SIGKILL long before the
+        # others' 600 s wait, which neither hangs nor outlives the job.
+        res, got = self.run_single("rank0_killed")
+        self.assertEqual(res.returncode, 128 + 9, res.describe())
+        self.assertLess(res.elapsed, 120, res.describe())
+        self.assertTrue(got.get(0, {}).get("killed"), got)
+        self.assertTrue(all(got.get(r, {}).get("waiting") for r in (1, 2)), got)
+
     def stranger_is_refused(self, job_env=None, extra_flags=()):
         out = self.out_dir("stranger")
         job = self.start(["--nproc_per_node=2", "--max_restarts=0"] + list(extra_flags) + [JOB, "stranger", out],

@@ -4,6 +4,7 @@ argv: MODE OUT_DIR. Each rank writes OUT_DIR/rank<N>.json with what it saw.
   ddp          a DDP model, 3 steps; the parameters must agree on every rank
   rank0_leaves rank 0 exits 0 right after a barrier; the others go on using the store after it left
   wait_missing rank 0 exits 0 after a barrier; the others wait 3 s for a key nobody sets
+  rank0_killed rank 0 is SIGKILLed after a barrier while the others wait 600 s for a key nobody sets
   stranger     rank 0 writes the store's address to OUT_DIR/address and waits for OUT_DIR/go
 """
 import datetime
@@ -63,6 +64,13 @@ elif mode in ("rank0_leaves", "wait_missing"):
         except Exception as e:  # torch's timeout: RuntimeError (1.13), DistStoreError (2.x)
             done(error=str(e), waited=time.monotonic() - start)
     os._exit(0)  # no destroy: rank 0 is gone
+elif mode == "rank0_killed":
+    dist.barrier()
+    if rank == 0:
+        done(killed=True)
+        os.kill(os.getpid(), 9)
+    done(waiting=True)
+    store.wait(["never/set"], datetime.timedelta(seconds=600))  # ended by the agent, not by this timeout
 elif mode == "stranger":
     if rank == 0:
         with open(os.path.join(out, "address.tmp"), "w") as f:
