@@ -21,6 +21,8 @@ that a replacement does not fail again):
     RECOVERABLE_RAISE_AT=RANK:STEP         that rank raises RuntimeError there instead
     RECOVERABLE_HANG_AT=RANK:STEP          that rank stops there (sleeps, beating no more)
     RECOVERABLE_PIDS=PATH                  each process appends "rank pid restart_count" at start
+    RECOVERABLE_TIMES=PATH                 each rank appends "rank step time.time()" per step done, and
+                                           a dying rank "kill rank step time.time()" (bench/recovery_bench.py)
 """
 
 import argparse
@@ -108,6 +110,9 @@ def main(argv=None):
     state = recovery.State(model=model, optimizer=optimizer)
     loss_fn = nn.MSELoss()
 
+    times_path = os.environ.get("RECOVERABLE_TIMES")
+    times = open(times_path, "a") if times_path else None
+
     def train(ctx):
         # Read at each round's start: a recovery sets the new TORCHELASTIC_RESTART_COUNT.
         die, fail, hang = hooks("RECOVERABLE_DIE_AT"), hooks("RECOVERABLE_RAISE_AT"), hooks("RECOVERABLE_HANG_AT")
@@ -123,10 +128,16 @@ def main(argv=None):
             if left > 0:
                 time.sleep(left)
             ctx.commit(s + 1)
+            if times:
+                times.write("%d %d %.6f\n" % (ctx.rank, s + 1, time.time()))
+                times.flush()
             if ctx.rank == 0:
                 print("step %d" % (s + 1), flush=True)
             here = (ctx.rank, s + 1)
             if here in die:
+                if times:
+                    times.write("kill %d %d %.6f\n" % (here + (time.time(),)))
+                    times.flush()
                 name = die[here] or "SIGKILL"
                 sig = int(name) if name.isdigit() else getattr(signal, name if name.startswith("SIG") else "SIG" + name)
                 os.kill(os.getpid(), sig)
