@@ -101,8 +101,9 @@ void RunScopedStore::set(const StoreScope& scope, const std::string& key, std::s
   {
     std::lock_guard lock(mutex_);
     checkOpen();
-    Round& r = round(scope);
-    put(scope, r, key, std::move(value));
+    Run& run = runs_[scope.runId];
+    Round& r = run.rounds[scope.round];
+    put(scope, run, r, key, std::move(value));
     keyCreated(r, key, done);
   }
   runCompletions(done);
@@ -130,7 +131,8 @@ int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int
   {
     std::lock_guard lock(mutex_);
     checkOpen();
-    Round& r = round(scope);
+    Run& run = runs_[scope.runId];
+    Round& r = run.rounds[scope.round];
     auto it = r.values.find(key);
     int64_t current = 0;
     if (it != r.values.end()) {
@@ -142,7 +144,7 @@ int64_t RunScopedStore::add(const StoreScope& scope, const std::string& key, int
       throw StateError("adding " + std::to_string(delta) + " to store key " + describe(scope, key) +
                        " overflows int64");
     }
-    put(scope, r, key, std::to_string(result));
+    put(scope, run, r, key, std::to_string(result));
     keyCreated(r, key, done);
   }
   runCompletions(done);
@@ -161,18 +163,19 @@ std::string RunScopedStore::compareSet(const StoreScope& scope, const std::strin
   {
     std::lock_guard lock(mutex_);
     checkOpen();
-    Round& r = round(scope);
+    Run& run = runs_[scope.runId];
+    Round& r = run.rounds[scope.round];
     auto it = r.values.find(key);
     if (wasMissing) *wasMissing = it == r.values.end();
     if (it == r.values.end()) {
       if (expected.empty()) {
         result = desired;
-        put(scope, r, key, std::move(desired));
+        put(scope, run, r, key, std::move(desired));
         keyCreated(r, key, done);
       }
     } else {
-      if (it->second == expected) put(scope, r, key, std::move(desired));
-      result = r.values.at(key);
+      if (it->second == expected) put(scope, run, r, key, std::move(desired));  // `it` stays valid
+      result = it->second;
     }
   }
   runCompletions(done);
@@ -229,7 +232,8 @@ void RunScopedStore::append(const StoreScope& scope, const std::string& key, con
   {
     std::lock_guard lock(mutex_);
     checkOpen();
-    Round& r = round(scope);
+    Run& run = runs_[scope.runId];
+    Round& r = run.rounds[scope.round];
     auto it = r.values.find(key);
     const bool created = it == r.values.end();
     std::string joined = created ? std::string() : it->second;
@@ -238,7 +242,7 @@ void RunScopedStore::append(const StoreScope& scope, const std::string& key, con
                         "' would make it more than " + std::to_string(kMaxValueBytes) + " bytes");
     }
     joined += value;
-    put(scope, r, key, std::move(joined));
+    put(scope, run, r, key, std::move(joined));
     if (created) keyCreated(r, key, done);
   }
   runCompletions(done);
@@ -385,8 +389,7 @@ RunScopedStore::Round& RunScopedStore::round(const StoreScope& scope) {
   return runs_[scope.runId].rounds[scope.round];
 }
 
-void RunScopedStore::put(const StoreScope& scope, Round& r, const std::string& key, std::string value) {
-  Run& run = runs_[scope.runId];
+void RunScopedStore::put(const StoreScope& scope, Run& run, Round& r, const std::string& key, std::string value) {
   auto it = r.values.find(key);
   const std::size_t oldCost = it == r.values.end() ? 0 : key.size() + it->second.size();
   const std::size_t newCost = key.size() + value.size();
@@ -405,7 +408,11 @@ void RunScopedStore::put(const StoreScope& scope, Round& r, const std::string& k
     if (run.keys + 1 > options_.maxKeysPerRun) refuse("run '" + scope.runId + "' (keys)", run.keys, options_.maxKeysPerRun);
     if (totalKeys_ + 1 > options_.maxKeysTotal) refuse("the server (keys, every run)", totalKeys_, options_.maxKeysTotal);
   }
-  r.values[key] = std::move(value);
+  if (it == r.values.end()) {
+    r.values.emplace(key, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
   r.bytes = r.bytes - oldCost + newCost;
   run.bytes = run.bytes - oldCost + newCost;
   totalBytes_ = totalBytes_ - oldCost + newCost;

@@ -154,7 +154,8 @@ class RunScopedStore {
 
   void checkOpen() const;
   // Stores `value` under `key`, within the limits (CapacityError otherwise, nothing changed).
-  void put(const StoreScope& scope, Round& r, const std::string& key, std::string value);
+  // `run` is the scope's run, `r` its round.
+  void put(const StoreScope& scope, Run& run, Round& r, const std::string& key, std::string value);
   // Forgets a round's keys in every count.
   void uncount(Run& run, const Round& r);
   const Round* findRound(const StoreScope& scope) const;

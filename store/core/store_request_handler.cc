@@ -27,22 +27,52 @@ void StoreRequestHandler::handle(v1::StoreRequest& request) {
     return;
   }
   v1::StoreResponse response;
-  response.set_id(request.id());
-  StoreStatus status;
-  try {
-    status = detail::runQuickOp(core_, request, response);
-  } catch (...) {
-    status = StoreStatus::fromCurrentException();
-  }
+  const StoreStatus status = runQuick(request, response);
   respond(std::move(response), status);
+}
+
+bool StoreRequestHandler::answerNow(v1::StoreRequest& request, v1::StoreResponse& response) {
+  StoreStatus status;
+  if (request.op_case() == v1::StoreRequest::kGet || request.op_case() == v1::StoreRequest::kWait) {
+    PendingWait wait;
+    if (!answerBlockingNow(request, wait, response, status)) {
+      response.Clear();
+      return false;
+    }
+  } else {
+    status = runQuick(request, response);
+  }
+  if (!status.ok()) {
+    response.clear_result();
+    detail::setStatus(response, status);
+  }
+  return true;
+}
+
+StoreStatus StoreRequestHandler::runQuick(v1::StoreRequest& request, v1::StoreResponse& response) {
+  response.set_id(request.id());
+  try {
+    return detail::runQuickOp(core_, request, response);
+  } catch (...) {
+    return StoreStatus::fromCurrentException();
+  }
 }
 
 void StoreRequestHandler::handleBlocking(v1::StoreRequest& request) {
   PendingWait wait;
-  wait.requestId = request.id();
   v1::StoreResponse response;
-  response.set_id(request.id());
   StoreStatus status;
+  if (!answerBlockingNow(request, wait, response, status)) {
+    addPending(std::move(wait));
+    return;
+  }
+  respond(std::move(response), status);
+}
+
+bool StoreRequestHandler::answerBlockingNow(const v1::StoreRequest& request, PendingWait& wait,
+                                            v1::StoreResponse& response, StoreStatus& status) const {
+  wait.requestId = request.id();
+  response.set_id(request.id());
   try {
     const v1::Scope* scope = nullptr;
     if (request.has_get()) {
@@ -64,8 +94,7 @@ void StoreRequestHandler::handleBlocking(v1::StoreRequest& request) {
       if (!fillSatisfied(wait, response)) {
         if (wait.timeoutMs > 0) {
           wait.deadline = RunScopedStore::Clock::now() + std::chrono::milliseconds(wait.timeoutMs);
-          addPending(std::move(wait));
-          return;
+          return false;
         }
         auto failure = core_.waitFailure(wait.scope, wait.keys, 0);
         if (failure) {
@@ -79,7 +108,7 @@ void StoreRequestHandler::handleBlocking(v1::StoreRequest& request) {
   } catch (...) {
     status = StoreStatus::fromCurrentException();
   }
-  respond(std::move(response), status);
+  return true;
 }
 
 bool StoreRequestHandler::fillSatisfied(const PendingWait& wait, v1::StoreResponse& response) const {

@@ -43,6 +43,9 @@ class StoreRequestHandler final : public StoreRequestSink,
   void handle(v1::StoreRequest& request) override;
   // Forgets every pending wait (cancelled in the store) and drops every later answer. Idempotent.
   void end() override;
+  // Every request but a Get or Wait whose keys are missing (and that may wait) is answered here.
+  bool answersNow() const override { return true; }
+  bool answerNow(v1::StoreRequest& request, v1::StoreResponse& response) override;
 
  private:
   // A Get or Wait waiting for its keys.
@@ -58,6 +61,12 @@ class StoreRequestHandler final : public StoreRequestSink,
 
   // A Get or Wait: answered at once when its keys exist or it may not wait, else registered.
   void handleBlocking(v1::StoreRequest& request);
+  // A Get or Wait's answer when it has one now (its keys exist, it may not wait, or it fails):
+  // true, `response` and `status` set. False: it must wait, as `wait` says.
+  bool answerBlockingNow(const v1::StoreRequest& request, PendingWait& wait, v1::StoreResponse& response,
+                         StoreStatus& status) const;
+  // A quick request's answer.
+  StoreStatus runQuick(v1::StoreRequest& request, v1::StoreResponse& response);
   // Fills a satisfied wait's result; false when a key vanished again and it must wait on.
   bool fillSatisfied(const PendingWait& wait, v1::StoreResponse& response) const;
   void addPending(PendingWait wait);

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -62,6 +63,11 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
 
   void adopt(UniqueFd fd) {
     auto info = describe(fd.get());
+    if (!info.unixSocket && !info.address.empty()) {
+      // Answers are small and each is awaited: none may sit in Nagle's buffer for an ACK.
+      const int one = 1;
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     info.fd = fd.get();
     const auto scope = options_.bind(info);
     std::lock_guard lock(mu_);
@@ -117,8 +123,9 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     bool held = false;         // waits in held_ for the memory bound
     Clock::time_point partialSince;  // the first byte of the partial command
     Clock::time_point lastRead;
-    // Under mu_.
+    // Under mu_; replaced by the server's thread only, which reads it without the lock.
     std::shared_ptr<StoreRequestSink> handler;
+    bool answersNow = false;  // handler->answersNow(): the server's thread only
     uint64_t generation = 0;  // the handler's: bumped by CANCEL_WAIT, older answers are dropped
     std::unordered_map<uint64_t, Owed> owed;  // by request id
     uint64_t nextRequest = 1;
@@ -171,6 +178,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       conn->lastRead = conn->lastWrite = Clock::now();
       Conn* raw = conn.get();
       raw->handler = makeHandler(raw->id, raw->generation);  // not yet shared: no lock needed
+      raw->answersNow = raw->handler->answersNow();
       {
         std::lock_guard lock(mu_);
         conns_.emplace(raw->id, std::move(conn));
@@ -428,6 +436,12 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
         owed.reply = Reply::kListKeys;
         break;
     }
+    if (conn.answersNow) {
+      // A store in this process: answered here, in order, with no hand-over (the handler is
+      // replaced on this thread only, so it lives through the call).
+      response_.Clear();
+      if (conn.handler->answerNow(request, response_)) return answered(conn, owed, response_);
+    }
     std::shared_ptr<StoreRequestSink> handler;
     {
       std::lock_guard lock(mu_);
@@ -438,6 +452,24 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     handler->handle(request);  // quick ones answer (deliver) before it returns
     std::lock_guard lock(mu_);
     return !conn.broken;
+  }
+
+  // The answer of a request answered on this thread; false when the connection must close.
+  bool answered(Conn& conn, const Owed& owed, const v1::StoreResponse& response) {
+    const bool failed = response.has_status() && response.status().code() != 0;
+    answer_.clear();
+    if (!failed) {
+      encode(owed, response, answer_);
+      if (answer_.empty()) return true;  // a set: nothing to write, nothing else changes
+    }
+    std::string failure;
+    {
+      std::lock_guard lock(mu_);
+      if (conn.broken) return false;
+      answerLocked(conn, response, answer_, failure);
+    }
+    logFailure(failure);
+    return failure.empty();
   }
 
   // CANCEL_WAIT: every wait of the connection ends; answered WAIT_CANCELED after whatever
@@ -455,6 +487,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       conn.owed.clear();
       conn.owedPaused = false;
       conn.handler = std::move(fresh);
+      conn.answersNow = conn.handler->answersNow();
       std::string answer;
       tcpstore::appendU8(answer, tcpstore::kWaitCanceled);
       queueLocked(conn, answer);
@@ -508,28 +541,36 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
         resumed_.push_back(conn.id);  // its buffered commands run now
         watchLocked(conn);
       }
-      if (response.has_status() && response.status().code() != 0) {
-        conn.broken = true;
-        ++stats_.closedFailed;
-        failure = conn.address + ": " + response.status().message();
-      } else {
-        std::string answer;
-        encode(owed, response, answer);
-        if (!answer.empty()) queueLocked(conn, answer);
-      }
-      if (!conn.dirty) {
-        conn.dirty = true;
-        dirty_.push_back(conn.id);
-      }
+      std::string answer;
+      if (!(response.has_status() && response.status().code() != 0)) encode(owed, response, answer);
+      answerLocked(conn, response, answer, failure);
       wake = std::this_thread::get_id() != threadId_;
     }
-    if (!failure.empty()) {
-      if (auto held = log_.allow()) {
-        spdlog::info("store: closed the TCPStore connection from {}{}", failure,
-                     heldBackNote(*held));
-      }
-    }
+    logFailure(failure);
     if (wake) loop_.wake();
+  }
+
+  // Queues a request's answer (`answer`, its bytes, when it did not fail), or marks the connection
+  // broken for a failed one (`failure` says why).
+  void answerLocked(Conn& conn, const v1::StoreResponse& response, const std::string& answer, std::string& failure) {
+    if (response.has_status() && response.status().code() != 0) {
+      conn.broken = true;
+      ++stats_.closedFailed;
+      failure = conn.address + ": " + response.status().message();
+    } else if (!answer.empty()) {
+      queueLocked(conn, answer);
+    }
+    if (!conn.dirty) {
+      conn.dirty = true;
+      dirty_.push_back(conn.id);
+    }
+  }
+
+  void logFailure(const std::string& failure) {
+    if (failure.empty()) return;
+    if (auto held = log_.allow()) {
+      spdlog::info("store: closed the TCPStore connection from {}{}", failure, heldBackNote(*held));
+    }
   }
 
   static void encode(const Owed& owed, const v1::StoreResponse& r, std::string& out) {
@@ -772,6 +813,8 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   EventLoop loop_;
   std::vector<char> scratch_ = std::vector<char>(kReadChunk);
   tcpstore::Command command_;  // the server's thread: reused
+  v1::StoreResponse response_;  // the server's thread: answers given now
+  std::string answer_;          // the server's thread: their bytes
   std::atomic<std::size_t> inputHeld_{0};
   std::atomic<std::size_t> queued_{0};
   std::size_t reservations_ = 0;

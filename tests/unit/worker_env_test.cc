@@ -207,6 +207,7 @@ TEST_CASE("every variable buildWorkerEnv adds is listed in contractVariableNames
   in.virtualLocalRank = true;
   in.round.storeAddr = "h:1";
   in.round.storePrefix = "p";
+  in.recoverInProcess = true;
   Environment env = buildWorkerEnv(in);
   const auto& names = ddprun::contractVariableNames();
   for (const auto& [name, value] : env.vars()) {
