@@ -203,6 +203,7 @@ class ElasticAgent::Impl {
     emit(roundFormedEvent(round));
     group_->start();
     if (options_.heartbeats) options_.heartbeats->workersSpawned();
+    for (int i = 0; i < options_.sparesPerNode; ++i) startSpare(round);
     if (options_.torchStore) options_.torchStore->admit(group_->pids());
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
       WorkerExit w;
@@ -234,8 +235,9 @@ class ElasticAgent::Impl {
       round.masterAddr = TorchStore::kAddress;
       round.masterPort = options_.torchStore->port();
     }
+    const bool warm = group_->spares() > 0;
     std::function<WorkerChannelEnd(int)> channel;
-    if (options_.heartbeats) {
+    if (options_.heartbeats && !warm) {
       channel = [this, &failed](int lr) {
         return lr == failed.localRank ? options_.heartbeats->reopenChannel(lr) : WorkerChannelEnd{};
       };
@@ -244,8 +246,25 @@ class ElasticAgent::Impl {
     finishTimer_.cancel();
     dumpTimer_.cancel();
     attempt_ = Attempt(round, options_.finishTimeout);
-    group_->replace(failed.localRank, std::move(specs[static_cast<std::size_t>(failed.localRank)]));
-    if (options_.heartbeats) options_.heartbeats->workerSpawned(failed.localRank);
+    WorkerSpec& spec = specs[static_cast<std::size_t>(failed.localRank)];
+    std::string spareNotice;
+    if (warm) {
+      // The oldest spare becomes the rank: its channel is the rank's from now on, and it is told
+      // who it is; a new spare starts behind it.
+      const auto contract = WorkerSpecs::spareContract(spec);
+      const pid_t pid = group_->promoteSpare(failed.localRank, std::move(spec));
+      auto key = spareKeys_.find(pid);
+      if (pid > 0 && key != spareKeys_.end()) {
+        if (options_.heartbeats) options_.heartbeats->moveChannel(key->second, failed.localRank);
+        spareKeys_.erase(key);
+        spareNotice = InProcessRecovery::notice(round, failed.localRank,
+                                                "a spare takes the place of rank " + std::to_string(failed.rank), contract);
+      }
+      startSpare(round);
+    } else {
+      group_->replace(failed.localRank, std::move(spec));
+      if (options_.heartbeats) options_.heartbeats->workerSpawned(failed.localRank);
+    }
     if (options_.torchStore) options_.torchStore->admit(group_->pids());
     hang_.arm();
     emit(roundFormedEvent(round));
@@ -259,11 +278,35 @@ class ElasticAgent::Impl {
                                               : " exited with " + std::to_string(failed.exitCode));
     int told = 0;
     for (int lr = 0; lr < options_.nprocPerNode; ++lr) {
-      if (lr == failed.localRank || !options_.heartbeats) continue;
+      if (!options_.heartbeats) continue;
+      if (lr == failed.localRank) {
+        if (!spareNotice.empty() && !options_.heartbeats->sendToWorker(lr, spareNotice)) {
+          spdlog::warn("could not tell the spare (pid {}) that it is rank {}", started.pid, started.rank);
+        }
+        continue;
+      }
       if (options_.heartbeats->sendToWorker(lr, InProcessRecovery::notice(round, lr, reason))) ++told;
     }
-    spdlog::warn("recovered in process: rank {} started again as pid {}, {} live rank(s) told round {} (restart {} of {})",
-                 started.rank, started.pid, told, round.round, round.restartCount, options_.maxRestarts);
+    spdlog::warn("recovered in process: rank {} {} pid {}, {} live rank(s) told round {} (restart {} of {})",
+                 started.rank, spareNotice.empty() ? "started again as" : "taken over by the spare", started.pid, told,
+                 round.round, round.restartCount, options_.maxRestarts);
+  }
+
+  // A warm spare of the group, on a channel of its own (key: kSpareKeyBase + a serial), admitted
+  // to torch's store like a worker.
+  void startSpare(const RoundInfo& round) {
+    const int key = kSpareKeyBase + spareSerial_++;
+    std::function<WorkerChannelEnd(int)> channel;
+    if (options_.heartbeats) channel = [this](int k) { return options_.heartbeats->reopenChannel(k); };
+    RoundInfo r = round;
+    if (options_.torchStore) {
+      r.masterAddr = TorchStore::kAddress;
+      r.masterPort = options_.torchStore->port();
+    }
+    const pid_t pid = group_->addSpare(specs_.makeSpare(r, key, channel));
+    if (options_.heartbeats) options_.heartbeats->workerSpawned(key);
+    if (pid > 0) spareKeys_[pid] = key;
+    if (options_.torchStore) options_.torchStore->admit(group_->pids());
   }
 
   void onHung(const HungRank& hung) {
@@ -513,6 +556,7 @@ class ElasticAgent::Impl {
 
   void onGroupSucceeded() {
     attempt_.groupStopped = true;
+    group_->killSpares();  // every rank is done: nothing to stand by for
     if (options_.torchStore) options_.torchStore->admit({});
     supervisor_.sweepOrphans(group_->pids());
     rendezvous_.reportSucceeded(attempt_.round.round);
@@ -624,6 +668,9 @@ class ElasticAgent::Impl {
   std::optional<JobClosure> closure_;  // the first closure of the job told
   std::optional<int> stopSignal_;
   InProcessRecovery recovery_;  // --recovery=in_process
+  static constexpr int kSpareKeyBase = 1 << 20;  // spares' channel keys, apart from local ranks
+  int spareSerial_ = 0;
+  std::map<pid_t, int> spareKeys_;  // a running spare's channel key, by pid
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;

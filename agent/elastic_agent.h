@@ -94,6 +94,9 @@ struct AgentOptions {
   // are told the next round on their channel and keep their processes. Otherwise, and with
   // kRestart, the whole group is stopped and started again.
   enum class Recovery { kRestart, kInProcess } recovery = Recovery::kRestart;
+  // --spares_per_node (kInProcess only): warm spares kept running beside the ranks; a failed rank
+  // is replaced by one at once (no import, no start-up), and a new spare starts behind it.
+  int sparesPerNode = 0;
   // The clock heartbeats are judged by (silence, --finish_timeout's "beat within"); tests fake it.
   std::function<std::chrono::steady_clock::time_point()> clock;
 };

@@ -48,6 +48,9 @@ class HeartbeatSource {
     (void)localRank, (void)message;
     return false;
   }
+  // A warm spare's channel (opened under a key of its own) becomes local rank `to`'s: the spare
+  // now is that rank. The channel that `to` had is closed.
+  virtual void moveChannel(int from, int to) { (void)from, (void)to; }
 };
 
 }  // namespace ddprun

@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "agent/worker_group.h"
 #include "rendezvous/rules/node_view.h"
@@ -49,7 +51,10 @@ class InProcessRecovery {
   std::optional<WorkerExit> pending;
 
   // The notice that tells a live worker its next round: one line of key=value, `reason` last.
-  static std::string notice(const RoundInfo& round, int localRank, const std::string& reason);
+  // `env`: for a warm spare that becomes local rank `localRank`, the rest of its contract
+  // (env.NAME=VALUE; values with a space are left out, the worker keeps its own).
+  static std::string notice(const RoundInfo& round, int localRank, const std::string& reason,
+                            const std::vector<std::pair<std::string, std::string>>& env = {});
 
  private:
   bool enabled_;

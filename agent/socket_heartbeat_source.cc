@@ -86,6 +86,18 @@ class SocketHeartbeatSource::Impl : public std::enable_shared_from_this<SocketHe
     if (auto it = channels_.find(localRank); it != channels_.end()) it->second->workerEnd.reset();
   }
 
+  void moveChannel(int from, int to) {
+    auto it = channels_.find(from);
+    if (it == channels_.end()) return;
+    auto channel = it->second;
+    channels_.erase(it);
+    if (auto old = channels_.find(to); old != channels_.end()) {
+      boost::system::error_code ignored;
+      old->second->end.close(ignored);
+    }
+    channels_[to] = std::move(channel);
+  }
+
   bool sendToWorker(int localRank, const std::string& message) {
     auto it = channels_.find(localRank);
     if (it == channels_.end() || !it->second->end.is_open()) return false;
@@ -161,6 +173,7 @@ WorkerChannelEnd SocketHeartbeatSource::openChannel(int localRank) { return impl
 void SocketHeartbeatSource::workersSpawned() { impl_->workersSpawned(); }
 WorkerChannelEnd SocketHeartbeatSource::reopenChannel(int localRank) { return impl_->openChannel(localRank); }
 void SocketHeartbeatSource::workerSpawned(int localRank) { impl_->workerSpawned(localRank); }
+void SocketHeartbeatSource::moveChannel(int from, int to) { impl_->moveChannel(from, to); }
 bool SocketHeartbeatSource::sendToWorker(int localRank, const std::string& message) {
   return impl_->sendToWorker(localRank, message);
 }

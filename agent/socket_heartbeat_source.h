@@ -34,6 +34,7 @@ class SocketHeartbeatSource final : public HeartbeatSource {
   WorkerChannelEnd reopenChannel(int localRank) override;
   void workerSpawned(int localRank) override;
   bool sendToWorker(int localRank, const std::string& message) override;
+  void moveChannel(int from, int to) override;
 
  private:
   class Impl;

@@ -37,6 +37,44 @@ class WorkerGroup::Impl {
     for (auto& w : workers_) spawn(w);
   }
 
+  pid_t addSpare(WorkerSpec spec) {
+    if (stopping_) return 0;
+    Worker w{std::move(spec), nullptr, 0, false};
+    std::string error;
+    if (!spawnProcess(w, &error)) {
+      spdlog::warn("could not start a spare: {}", error);
+      return 0;
+    }
+    spares_.push_back(std::move(w));
+    return spares_.back().pid;
+  }
+
+  pid_t promoteSpare(int localRank, WorkerSpec spec) {
+    if (stopping_) return 0;
+    for (auto& w : workers_) {
+      if (w.spec.localRank != localRank) continue;
+      if (!w.exited || spares_.empty()) return 0;
+      Worker spare = std::move(spares_.front());
+      spares_.erase(spares_.begin());
+      if (w.output) w.output->close();
+      spec.request = spare.spec.request;  // what it was started with
+      spare.spec = std::move(spec);
+      if (spare.output) spare.output->setPrefix(spare.spec.output.prefix);
+      w = std::move(spare);
+      failureReported_ = false;  // the next failure is a new one
+      return w.pid;
+    }
+    return 0;
+  }
+
+  void killSpares() {
+    for (auto& s : spares_) {
+      if (!s.exited && s.pid > 0) supervisor_.signalGroup(s.pid, SIGKILL);
+    }
+  }
+
+  std::size_t spares() const { return spares_.size(); }
+
   bool replace(int localRank, WorkerSpec spec) {
     for (auto& w : workers_) {
       if (w.spec.localRank != localRank) continue;
@@ -51,6 +89,19 @@ class WorkerGroup::Impl {
   }
 
   bool handleExit(const ProcessExit& processExit) {
+    for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+      if (it->pid != processExit.pid) continue;
+      if (it->output) it->output->close();
+      if (!stopping_) {
+        spdlog::warn("a spare (pid {}) ended before it was needed ({}): a script that reads RANK or another rank's "
+                     "variable when it starts cannot have spares (--spares_per_node)", it->pid,
+                     processExit.signal ? "signal " + std::to_string(processExit.signal)
+                                        : "exit code " + std::to_string(processExit.exitCode));
+      }
+      spares_.erase(it);
+      if (stopping_) checkStopped();
+      return true;
+    }
     for (auto& w : workers_) {
       if (w.pid != processExit.pid || w.exited) continue;
       w.exited = true;
@@ -73,6 +124,7 @@ class WorkerGroup::Impl {
       for (auto& w : workers_) {
         if (!w.exited && w.pid > 0) supervisor_.signalGroup(w.pid, sig);
       }
+      killSpares();  // not ranks: nothing of theirs to save
     }
     if (checkStopped()) return;
     auto deadline = std::chrono::steady_clock::now() + grace;
@@ -92,6 +144,7 @@ class WorkerGroup::Impl {
     for (auto& w : workers_) {
       if (!w.exited && w.pid > 0) supervisor_.signalGroup(w.pid, SIGKILL);
     }
+    killSpares();
   }
 
   void markFailed() { failureReported_ = true; }
@@ -133,11 +186,14 @@ class WorkerGroup::Impl {
     for (const auto& w : workers_) {
       if (w.pid > 0) out.push_back(w.pid);
     }
+    for (const auto& s : spares_) {
+      if (s.pid > 0) out.push_back(s.pid);
+    }
     return out;
   }
 
  private:
-  void spawn(Worker& w) {
+  bool spawnProcess(Worker& w, std::string* error) {
     try {
       w.output = std::make_unique<WorkerOutput>(io_, w.spec.output);
       SpawnRequest request = w.spec.request;
@@ -147,17 +203,25 @@ class WorkerGroup::Impl {
       w.output->closeWriteEnds();
       w.output->start();
       spdlog::debug("started local rank {} (rank {}) as pid {}", w.spec.localRank, w.spec.rank, w.pid);
+      return true;
     } catch (const Error& e) {
-      // Counts as a failed worker; reported from the event loop like any other exit.
       if (w.output) w.output->close();
-      WorkerExit exit;
-      exit.localRank = w.spec.localRank;
-      exit.rank = w.spec.rank;
-      exit.exitCode = 127;
-      exit.spawnError = e.what();
       w.exited = true;
-      boost::asio::post(io_, [this, exit] { recordExit(exit); });
+      *error = e.what();
+      return false;
     }
+  }
+
+  void spawn(Worker& w) {
+    std::string error;
+    if (spawnProcess(w, &error)) return;
+    // Counts as a failed worker; reported from the event loop like any other exit.
+    WorkerExit exit;
+    exit.localRank = w.spec.localRank;
+    exit.rank = w.spec.rank;
+    exit.exitCode = 127;
+    exit.spawnError = error;
+    boost::asio::post(io_, [this, exit] { recordExit(exit); });
   }
 
   void recordExit(WorkerExit exit) {
@@ -177,7 +241,7 @@ class WorkerGroup::Impl {
 
   // Fires onStopped exactly once, when stopping and every worker is gone.
   bool checkStopped() {
-    if (!stopping_ || !allExited()) return false;
+    if (!stopping_ || !allExited() || !spares_.empty()) return false;
     if (!stoppedReported_) {
       stoppedReported_ = true;
       killTimer_.cancel();
@@ -190,6 +254,7 @@ class WorkerGroup::Impl {
   ProcessSupervisor& supervisor_;
   WorkerGroupEvents events_;
   std::vector<Worker> workers_;
+  std::vector<Worker> spares_;  // warm spares (in-process recovery): running, not ranks, oldest first
   std::vector<WorkerExit> exits_;
   boost::asio::steady_timer killTimer_;
   std::chrono::steady_clock::time_point killDeadline_;
@@ -205,6 +270,10 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, ProcessSupervisor& supervi
 WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start() { impl_->start(); }
 bool WorkerGroup::replace(int localRank, WorkerSpec spec) { return impl_->replace(localRank, std::move(spec)); }
+pid_t WorkerGroup::addSpare(WorkerSpec spec) { return impl_->addSpare(std::move(spec)); }
+pid_t WorkerGroup::promoteSpare(int localRank, WorkerSpec spec) { return impl_->promoteSpare(localRank, std::move(spec)); }
+void WorkerGroup::killSpares() { impl_->killSpares(); }
+std::size_t WorkerGroup::spares() const { return impl_->spares(); }
 bool WorkerGroup::handleExit(const ProcessExit& exit) { return impl_->handleExit(exit); }
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace) { impl_->stop(sig, grace); }
 void WorkerGroup::killNow() { impl_->killNow(); }

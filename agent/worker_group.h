@@ -60,6 +60,17 @@ class WorkerGroup {
   // round's environment) while the others keep running; its next failure is reported as a new
   // first failure. False when that worker still runs or the group is stopping.
   bool replace(int localRank, WorkerSpec spec);
+  // Warm spares (--spares_per_node): processes that ran the script up to ddprun.recovery's entry
+  // and wait there, not ranks. One that ends on its own is logged and forgotten; stop() and
+  // killNow() end them too (SIGKILL: nothing of theirs to save), and onStopped waits for them.
+  // addSpare starts one (its pid; 0 when it could not be started, logged).
+  pid_t addSpare(WorkerSpec spec);
+  // The oldest spare takes the place of `localRank`, which exited: it becomes that worker (its
+  // exits, its output, now with `spec`'s prefix), and its next failure is a new first failure.
+  // Returns its pid; 0 when no spare runs (or that worker still does).
+  pid_t promoteSpare(int localRank, WorkerSpec spec);
+  void killSpares();
+  std::size_t spares() const;
   // Routes one exit from the supervisor; false when the pid is not one of this group's workers.
   bool handleExit(const ProcessExit& exit);
   // Sends sig to every running worker's process group, then SIGKILL after grace. Calling it again

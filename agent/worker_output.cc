@@ -47,6 +47,7 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
   }
 
   std::vector<std::string> tail() const { return {tail_.begin(), tail_.end()}; }
+  void setPrefix(std::string prefix) { prefix_ = std::move(prefix); }
 
  private:
   void waitReadable() {
@@ -158,6 +159,11 @@ void WorkerOutput::drain() {
 void WorkerOutput::close() {
   out_->close();
   err_->close();
+}
+
+void WorkerOutput::setPrefix(const std::string& prefix) {
+  out_->setPrefix(prefix);
+  err_->setPrefix(prefix);
 }
 
 std::vector<std::string> WorkerOutput::stderrTail() const { return err_->tail(); }

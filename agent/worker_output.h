@@ -51,6 +51,8 @@ class WorkerOutput {
   void close();
 
   std::vector<std::string> stderrTail() const;
+  // The prefix of the lines from now on (a warm spare that became a rank takes the rank's).
+  void setPrefix(const std::string& prefix);
 
  private:
   class Stream;

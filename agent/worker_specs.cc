@@ -124,6 +124,45 @@ void WorkerSpecs::placeFileStore(RoundInfo& round) const {
   round.storePrefix = storePrefix(options_.runId, round.round);
 }
 
+namespace {
+// A rank's own variables: a spare has none of them until it becomes a rank.
+constexpr const char* kRankOnly[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                                     "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"};
+}  // namespace
+
+WorkerSpec WorkerSpecs::makeSpare(const RoundInfo& round, int key,
+                                  const std::function<WorkerChannelEnd(int)>& channel) const {
+  std::function<WorkerChannelEnd(int)> keyed;
+  if (channel) keyed = [&](int) { return channel(key); };
+  WorkerSpec spec = makeSpec(options_, round, 0, FilteredLogs{}, keyed);
+  for (const char* name : kRankOnly) spec.request.env.unset(name);
+  if (options_.virtualLocalRank) {
+    spec.request.env.unset("CUDA_VISIBLE_DEVICES");
+    if (auto visible = options_.inherited.get("CUDA_VISIBLE_DEVICES")) spec.request.env.set("CUDA_VISIBLE_DEVICES", *visible);
+  }
+  spec.request.env.unset("DDPRUN_FLIGHT_RECORDER");  // rank 0's file: a spare writes none
+  spec.request.env.set("DDPRUN_SPARE", "1");
+  spec.rank = -1;
+  spec.localRank = key;
+  spec.errorFile.clear();
+  spec.output.prefix = "[spare" + std::to_string(key) + "]:";
+  spec.output.stdoutFile.clear();
+  spec.output.stderrFile.clear();
+  spec.output.stdoutFiltered.reset();
+  spec.output.stderrFiltered.reset();
+  return spec;
+}
+
+std::vector<std::pair<std::string, std::string>> WorkerSpecs::spareContract(const WorkerSpec& rankSpec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* name : {"LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                           "TORCHELASTIC_ERROR_FILE", "CUDA_VISIBLE_DEVICES"}) {
+    if (auto value = rankSpec.request.env.get(name)) out.emplace_back(name, *value);
+  }
+  return out;
+}
+
 std::vector<WorkerSpec> WorkerSpecs::make(const RoundInfo& round,
                                           const std::function<WorkerChannelEnd(int)>& channel) const {
   std::vector<WorkerSpec> specs;

@@ -24,6 +24,13 @@ class WorkerSpecs {
   // One spec per local rank; `channel` opens each worker's heartbeat channel (null: none).
   // Throws ConfigError when a folder cannot be created.
   std::vector<WorkerSpec> make(const RoundInfo& round, const std::function<WorkerChannelEnd(int)>& channel) const;
+  // A warm spare (--spares_per_node): the program and the node's environment, but none of a rank's
+  // own variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...: it is no rank until the agent
+  // makes it one), DDPRUN_SPARE=1, its channel under `key`, "[spare<key>]:" before its lines, no
+  // files of its own.
+  WorkerSpec makeSpare(const RoundInfo& round, int key, const std::function<WorkerChannelEnd(int)>& channel) const;
+  // What a spare that becomes local rank `localRank` is told of the rest of its contract.
+  static std::vector<std::pair<std::string, std::string>> spareContract(const WorkerSpec& rankSpec);
 
  private:
   const AgentOptions& options_;

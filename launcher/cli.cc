@@ -142,6 +142,10 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.masterPortGiven = flagGiven(app, "master_port") || slurm.values.count("master_port") > 0;
   cfg.torchStore = parseTorchStore(text("torch_store"));
   cfg.recoverInProcess = parseRecovery(text("recovery"));
+  cfg.sparesPerNode = parseIntFlag("--spares_per_node", text("spares_per_node"), IntRange{0, 64});
+  if (cfg.sparesPerNode > 0 && !cfg.recoverInProcess) {
+    throw ConfigError("--spares_per_node needs --recovery=in_process (only an in-process recovery uses a spare)");
+  }
   cfg.signalsToHandle = parseSignals(text("signals_to_handle"));
   cfg.signalsToHandleText = std::string(trim(text("signals_to_handle")));
   checkStartMethod(text("start_method"));

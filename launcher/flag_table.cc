@@ -30,6 +30,8 @@ constexpr FlagSpec kFlags[] = {
      "Port of torch's store (single node; default: a free one) or of the static rendezvous (node 0)"},
     {"recovery", "", "PET_RECOVERY", "restart", kOption,
      "On a rank's failure: restart (every rank) or in_process (replace the failed rank; see README)"},
+    {"spares_per_node", "", "PET_SPARES_PER_NODE", "0", kOption,
+     "With --recovery=in_process: warm spare processes per node that take a failed rank's place at once"},
     {"torch_store", "", "PET_TORCH_STORE", "auto", kOption,
      "Who serves torch's store: agent (ddprun, outlives every rank), rank0 (rank 0's TCPStore), auto"},
     {"local_addr", "", "PET_LOCAL_ADDR", "", kOption,

@@ -92,6 +92,7 @@ AgentOptions agentOptions(const LaunchConfig& cfg, const std::string& runDir) {
   o.finishTimeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.finishTimeoutSeconds * 1000));
   o.stopWithoutProgress = cfg.stopWithoutProgress;
   o.recovery = cfg.recoverInProcess ? AgentOptions::Recovery::kInProcess : AgentOptions::Recovery::kRestart;
+  o.sparesPerNode = cfg.sparesPerNode;
   o.log = cfg.log;
   o.runDir = runDir;
   o.writeLogFiles = !cfg.log.logDir.empty();

@@ -70,6 +70,7 @@ struct LaunchConfig {
   enum class TorchStoreMode { kAuto, kAgent, kRank0 } torchStore = TorchStoreMode::kAuto;
   // --recovery=in_process: replace only a failed rank (AgentOptions::recovery).
   bool recoverInProcess = false;
+  int sparesPerNode = 0;  // --spares_per_node
   // Whether the agent serves torch's store, as decided from torchStore and the backend.
   bool agentTorchStore() const {
     return torchStore != TorchStoreMode::kRank0 && !(multiNode && rdzvBackend == RdzvBackend::kEtcd);

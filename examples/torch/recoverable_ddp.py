@@ -21,6 +21,7 @@ that a replacement does not fail again):
     RECOVERABLE_RAISE_AT=RANK:STEP         that rank raises RuntimeError there instead
     RECOVERABLE_HANG_AT=RANK:STEP          that rank stops there (sleeps, beating no more)
     RECOVERABLE_PIDS=PATH                  each process appends "rank pid restart_count" at start
+                                           (rank -1: a warm spare, which has no rank yet)
     RECOVERABLE_TIMES=PATH                 each rank appends "rank step time.time()" per step done, and
                                            a dying rank "kill rank step time.time()" (bench/recovery_bench.py)
 """
@@ -101,7 +102,7 @@ def main(argv=None):
     pids = os.environ.get("RECOVERABLE_PIDS")
     if pids:
         with open(pids, "a") as f:
-            f.write("%s %d %s\n" % (os.environ.get("RANK", "?"), os.getpid(),
+            f.write("%s %d %s\n" % (os.environ.get("RANK", "-1"), os.getpid(),
                                     os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (the sync broadcasts rank 0's anyway)

@@ -107,10 +107,13 @@ class _Notice:
     master_addr: str
     master_port: int
     reason: str = ""
+    # "env.NAME=VALUE" tokens: the rest of a rank's contract, for a warm spare that becomes one
+    # (only the names in _SPARE_ENV).
+    extra_env: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def environment(self) -> Dict[str, str]:
         """The variables torch and ddprun read when a group is initialized."""
-        return {
+        return dict(self.extra_env, **{
             "RANK": str(self.rank),
             "LOCAL_RANK": str(self.local_rank),
             "WORLD_SIZE": str(self.world),
@@ -118,7 +121,13 @@ class _Notice:
             "MASTER_PORT": str(self.master_port),
             "TORCHELASTIC_RESTART_COUNT": str(self.restart),
             "DDPRUN_ROUND": str(self.round),
-        }
+        })
+
+
+# What a notice may set beyond its own keys: the contract variables a warm spare lacks until it
+# becomes a rank (the agent sends them as env.NAME=VALUE); nothing else of the process's environment.
+_SPARE_ENV = ("LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+              "TORCHELASTIC_ERROR_FILE", "CUDA_VISIBLE_DEVICES")
 
 
 def _parse_notice(data: bytes) -> Optional[_Notice]:
@@ -141,12 +150,16 @@ def _parse_notice(data: bytes) -> Optional[_Notice]:
     if sep:
         reason = tail.strip()
     fields: Dict[str, str] = {}
+    extra_env: Dict[str, str] = {}
     for token in head.split():
         key, eq, value = token.partition("=")
         if not eq or not key:
             raise ValueError("token %r is not key=value" % token)
         if key in fields:
             raise ValueError("key %r given twice" % key)
+        if key.startswith("env.") and key[4:] in _SPARE_ENV:
+            extra_env[key[4:]] = value
+            continue
         fields[key] = value
     missing = [k for k in _REQUIRED if k not in fields]
     if missing:
@@ -166,7 +179,7 @@ def _parse_notice(data: bytes) -> Optional[_Notice]:
         raise ValueError("master_addr %r" % addr)
     return _Notice(round=numbers["round"], restart=numbers["restart"], rank=numbers["rank"],
                    world=numbers["world"], local_rank=numbers["local_rank"], master_addr=addr,
-                   master_port=numbers["master_port"], reason=reason)
+                   master_port=numbers["master_port"], reason=reason, extra_env=extra_env)
 
 
 def _warn(message: str) -> None:
@@ -573,6 +586,18 @@ def _apply(notice: _Notice) -> None:
             channel._rank = notice.rank
 
 
+def _wait_as_spare(reader: "_NoticeReader") -> Optional[_Notice]:
+    """A warm spare (ddprun --spares_per_node sets DDPRUN_SPARE=1): the script ran up to here, its
+    imports done; it waits, not a rank, until the agent makes it one (a notice), and returns it.
+    None when the agent is gone (the channel closed)."""
+    while True:
+        notice = reader.wait(3600.0)
+        if notice is not None:
+            return notice
+        if not reader.available():
+            return None
+
+
 def run(train: Callable[[Context], T], state: Any, *, backend: str = "gloo", timeout_s: float = 30.0,
         notice_timeout_s: float = 60.0) -> T:
     """Runs train(ctx) under in-process recovery; returns what train returns.
@@ -595,6 +620,16 @@ def run(train: Callable[[Context], T], state: Any, *, backend: str = "gloo", tim
     runner = _Runner(reader)
     channel = _heartbeat._channel
     saved_extra = channel.extra
+    if os.environ.get("DDPRUN_SPARE") == "1" and reader.available():
+        activated = _wait_as_spare(reader)
+        if activated is None:
+            raise SystemExit("ddprun.recovery: a spare whose agent is gone")
+        _apply(activated)
+        del os.environ["DDPRUN_SPARE"]
+        with channel._lock:
+            channel._rank = activated.rank
+        _warn("spare became rank %d in round %d (restart %d): %s" % (
+            activated.rank, activated.round, activated.restart, activated.reason or "-"))
     waiting: Optional[_WaitBeats] = None
     if reader.available():
         channel.extra = saved_extra + (_RECOVERABLE_TOKEN,)

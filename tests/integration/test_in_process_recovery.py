@@ -95,6 +95,40 @@ class InProcessRecoveryTest(tl.DdprunTestCase):
                                {"RECOVERABLE_DIE_AT": "1:20,2:50@1"})
         self.assert_recovered(res, starts, [1, 2], recoveries=2)
 
+    def test_a_warm_spare_takes_the_place(self):
+        res, starts = self.job(["--recovery=in_process", "--max_restarts=2", "--spares_per_node=1"],
+                               {"RECOVERABLE_DIE_AT": "1:30"})
+        self.assert_exit(res, 0)
+        self.assertEqual(self.digest(res), self.expected_digest(), res.describe())
+        self.assertIn("taken over by the spare", res.stderr)
+        self.assertIn("spare became rank 1", res.stdout + res.stderr)
+        spares = [pid for rank, pid, restart in starts if rank == -1]
+        ranks = {}
+        for rank, pid, restart in starts:
+            if rank >= 0:
+                ranks.setdefault(rank, []).append(pid)
+        # Every rank started once; rank 1's place was taken by the first spare, not a new process.
+        self.assertEqual(sorted(ranks), [0, 1, 2], starts)
+        self.assertTrue(all(len(p) == 1 for p in ranks.values()), starts)
+        self.assertGreaterEqual(len(spares), 1, starts)
+        self.assertIn("[default1]:ddprun.recovery: spare became rank 1", res.stdout + res.stderr)
+
+    def test_a_script_that_reads_rank_when_it_starts_cannot_have_spares(self):
+        script = self.write_file("reads_rank.py", """
+            import os, sys
+            rank = int(os.environ["RANK"])  # at start: a spare has no RANK
+            sys.path.insert(0, %r)
+            import ddprun.recovery as recovery
+            class S:
+                def state_dict(self): return {}
+                def load_state_dict(self, d): pass
+            recovery.run(lambda ctx: None, S())
+        """ % os.path.join(tl.REPO, "python"))
+        res = self.run_job(["--nproc_per_node=2", "--recovery=in_process", "--spares_per_node=1", script],
+                           env={"PYTHONPATH": os.path.join(tl.REPO, "python")}, timeout=TIMEOUT)
+        self.assert_exit(res, 0)  # the ranks ran; the spare's end is no failure of the job
+        self.assertIn("cannot have spares", res.stderr, res.describe())
+
     def test_the_budget_spent_fails_the_job(self):
         res, starts = self.job(["--recovery=in_process", "--max_restarts=0"], {"RECOVERABLE_DIE_AT": "1:20"})
         self.assertEqual(res.returncode, 128 + 9, res.describe())  # the failed rank's SIGKILL, as with restarts
@@ -111,7 +145,8 @@ class InProcessRecoveryTest(tl.DdprunTestCase):
         for flags, words in ((["--recovery=in_process", "--torch_store=rank0"], "must outlive rank 0"),
                              (["--recovery=in_process", "--nnodes=2", "--rdzv_backend=c10d",
                                "--rdzv_endpoint=127.0.0.1:1"], "single-node"),
-                             (["--recovery=sometimes"], "expected restart or in_process")):
+                             (["--recovery=sometimes"], "expected restart or in_process"),
+                             (["--spares_per_node=2"], "needs --recovery=in_process")):
             res = self.run_job(flags + [EXAMPLE], timeout=30)
             self.assert_exit(res, 2)
             self.assertIn(words, res.stderr)

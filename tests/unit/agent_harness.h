@@ -48,6 +48,7 @@ struct AgentSetup {
   std::function<bool(pid_t)> canDumpStack = [](pid_t) { return false; };
   std::vector<std::shared_ptr<ddprun::AgentObserver>> observers = {};
   AgentOptions::Recovery recovery = AgentOptions::Recovery::kRestart;
+  int sparesPerNode = 0;
 };
 
 // The harness's rendezvous: a LocalRendezvous that can claim a round was fenced, as the gRPC
@@ -131,6 +132,7 @@ struct AgentHarness {
     o.stopWithoutProgress = setup.stopWithoutProgress;
     o.heartbeats = heartbeats;
     o.recovery = setup.recovery;
+    o.sparesPerNode = setup.sparesPerNode;
     o.clock = [this] { return now; };
     agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
   }

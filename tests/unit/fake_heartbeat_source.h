@@ -27,6 +27,7 @@ class FakeHeartbeatSource final : public HeartbeatSource {
     reopened.push_back(localRank);
     return openChannel(localRank);
   }
+  void moveChannel(int from, int to) override { moved.emplace_back(from, to); }
   bool sendToWorker(int localRank, const std::string& message) override {
     sent.emplace_back(localRank, message);
     return true;
@@ -44,6 +45,7 @@ class FakeHeartbeatSource final : public HeartbeatSource {
   std::vector<int> opened;  // local ranks whose channel the current attempt opened
   std::vector<int> reopened;  // local ranks given a new channel by an in-process recovery
   std::vector<std::pair<int, std::string>> sent;  // notices to live workers, by local rank
+  std::vector<std::pair<int, int>> moved;          // a spare's channel that became a rank's
 
  private:
   OnBeat onBeat_;

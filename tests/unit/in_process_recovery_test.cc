@@ -135,6 +135,43 @@ TEST_CASE("in-process recovery: a second failure before the next round falls bac
   CHECK(log.text().find("local rank 2 ended during the in-process recovery") != std::string::npos);
 }
 
+TEST_CASE("in-process recovery: a warm spare takes the failed rank's place, and a new spare starts behind it", "[agent][recovery]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 2, .recovery = kInProcess, .sparesPerNode = 1});
+  h.start();
+  REQUIRE(h.supervisor.spawned().size() == 3);  // two ranks and a spare
+  // The spare is no rank: none of a rank's variables, DDPRUN_SPARE=1.
+  const auto& spare = h.supervisor.spawned()[2].request.env;
+  CHECK_FALSE(spare.get("RANK").has_value());
+  CHECK_FALSE(spare.get("WORLD_SIZE").has_value());
+  CHECK_FALSE(spare.get("MASTER_PORT").has_value());
+  CHECK(spare.get("DDPRUN_SPARE") == std::optional<std::string>("1"));
+  CHECK(spare.get("DDPRUN_RECOVERY") == std::optional<std::string>("in_process"));
+  optInAll(h, 2);
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);  // only the new spare: no rank was started cold
+  CHECK(h.supervisor.spawned()[3].request.env.get("DDPRUN_SPARE") == std::optional<std::string>("1"));
+  REQUIRE(h.heartbeats->moved.size() == 1);
+  CHECK(h.heartbeats->moved[0].second == 1);
+  REQUIRE(h.heartbeats->sent.size() == 2);
+  bool spareTold = false;
+  for (const auto& [lr, message] : h.heartbeats->sent) {
+    if (lr != 1) continue;
+    spareTold = true;
+    CHECK(message.rfind("recover round=2 restart=1 rank=1 world=2 local_rank=1 ", 0) == 0);
+    CHECK(message.find(" env.LOCAL_WORLD_SIZE=2 ") != std::string::npos);
+    CHECK(message.find(" env.GROUP_RANK=0 ") != std::string::npos);
+  }
+  CHECK(spareTold);
+  CHECK_FALSE(signalled(h, 1000));
+  // The spare (pid 1002) is rank 1 now: its exit 0 and rank 0's end the job; the new spare is ended.
+  h.supervisor.exitProcess(1000, 0);
+  h.supervisor.exitProcess(1002, 0);
+  h.pump();
+  CHECK(signalled(h, 1003));
+  CHECK(h.statuses == std::vector<int>{0});
+}
+
 TEST_CASE("in-process recovery: the notice a live worker is told", "[agent][recovery]") {
   RoundInfo round;
   round.round = 7;
