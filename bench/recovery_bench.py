@@ -52,7 +52,7 @@ import benchlib
 EXAMPLES = os.path.join(benchlib.ROOT, "examples", "torch")
 RECOVERABLE = os.path.join(EXAMPLES, "recoverable_ddp.py")
 CHECKPOINT = os.path.join(EXAMPLES, "checkpoint_ddp.py")
-CONTENDERS = ("ddprun in_process", "ddprun restart", "torchrun restart")
+CONTENDERS = ("ddprun in_process + spare", "ddprun in_process", "ddprun restart", "torchrun restart")
 
 
 def default_pythons():
@@ -72,6 +72,9 @@ def job_argv(args, python, version, contender, ckpt, kill):
     nproc = "--nproc_per_node=%d" % args.nproc
     if contender == "ddprun in_process":
         return [args.ddprun, nproc, "--recovery=in_process", "--max_restarts=1", RECOVERABLE] + script_args
+    if contender == "ddprun in_process + spare":
+        return [args.ddprun, nproc, "--recovery=in_process", "--spares_per_node=1", "--max_restarts=1",
+                RECOVERABLE] + script_args
     script_args += ["--checkpoint", ckpt, "--checkpoint_every", str(args.checkpoint_every if kill else 0)]
     if contender == "ddprun restart":
         return [args.ddprun, nproc, "--max_restarts=1", CHECKPOINT] + script_args
@@ -212,8 +215,13 @@ def report(version, args, results):
             if not finite_positive(r["lost_s"]) or not finite_positive(r["steps_lost"], allow_zero=True):
                 problems.append("%s: no lost time measured (%s)" % (r["contender"], r["lost_s"]))
             # Worker processes started: the replacement only in process, every rank again on a restart.
-            want = args.nproc + (1 if r["contender"] == "ddprun in_process" else args.nproc)
-            if r["processes"] != want or (r["contender"] == "ddprun in_process") != r["in_process"]:
+            # With a spare: the ranks and the spare, and maybe the new spare behind it (if it got as far
+            # as its first line before the job ended).
+            spare = r["contender"] == "ddprun in_process + spare"
+            inproc = r["contender"].startswith("ddprun in_process")
+            want = args.nproc + (1 if inproc else args.nproc)
+            counted = r["processes"] in (want, want + 1) if spare else r["processes"] == want
+            if not counted or inproc != r["in_process"]:
                 problems.append("%s: %d worker processes started (expected %d), recovered in process: %s" %
                                 (r["contender"], r["processes"], want, r["in_process"]))
         elif not finite_positive(r["step_ms"]):
@@ -248,6 +256,12 @@ def report(version, args, results):
                      fmt_spread([r["wall_s"] for r in rs], digits=1), "%.1fx" % (med_lost[c] / base)])
     lines += benchlib.md_table(["contender", "time lost", "steps lost", "whole run", "time lost / in_process's"],
                                rows)
+    warm = med_lost["ddprun in_process + spare"]
+    if warm:
+        tr = med_lost["torchrun restart"]
+        lines += ["", "With a warm spare: %.2f s lost (the issue's bound: at most 0.5 s, %s); torchrun / warm spare: %s "
+                  "(bound: at least 10x)." % (warm, "within" if warm <= 0.5 else "beyond",
+                                              "%.1fx" % (tr / warm) if tr else "- (torchrun failed)")]
     if base:
         tr, dr = med_lost["torchrun restart"], med_lost["ddprun restart"]
         torchrun_x = tr / base if tr else None
