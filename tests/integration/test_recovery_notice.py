@@ -331,46 +331,9 @@ class FakeAgentLoopTest(unittest.TestCase):
             self.assertEqual(p.wait(120), 0, self.text(out))
         return self.digest(ranks[0][2])
 
-    def test_a_killed_rank_is_replaced_and_the_survivor_resumes_in_process(self):
-        self.check_recovery(1)
-
-    def test_a_killed_rank_0_is_replaced_too(self):
-        self.check_recovery(0)  # rank 0 hosted the TCPStore: its replacement hosts the new one
-
-    def check_recovery(self, victim):
-        if True:
-            if True:
-                clean = self.run_clean()
-                port, port2 = free_port(), free_port()
-                hook = {"RECOVERABLE_DIE_AT": "%d:10" % victim}
-                ranks = [self.spawn(r, port, 1, hook) for r in range(2)]
-                dead, dead_agent, _ = ranks[victim]
-                survivor, survivor_agent, survivor_out = ranks[1 - victim]
-                self.assertEqual(dead.wait(120), -signal.SIGKILL)
-                beats = []
-                survivor_agent.settimeout(0.2)
-                try:
-                    while True:
-                        beats.append(survivor_agent.recv(512).decode())
-                except socket.timeout:
-                    pass
-                self.assertTrue(beats and all(b.endswith(" recoverable=1\n") for b in beats), beats)
-                survivor_agent.send(notice(round_=2, rank=1 - victim, port=port2,
-                                           reason="rank %d exited with SIGKILL" % victim))
-                replacement = self.spawn(victim, port2, 2, hook)
-                self.assertEqual(survivor.wait(120), 0, self.text(survivor_out))
-                self.assertEqual(replacement[0].wait(120), 0, self.text(replacement[2]))
-                rank0_out = survivor_out if victim == 1 else replacement[2]
-                self.assertEqual(self.digest(rank0_out), clean)
-                log = self.text(survivor_out)
-                self.assertRegex(log, r"ddprun.recovery: rank %d: round 2 \(restart 1\): rank %d exited with "
-                                      r"SIGKILL; resuming at step 10 from rank %d" % (1 - victim, victim, 1 - victim))
-                with open(self.pids) as f:
-                    starts = [l.split() for l in f.read().splitlines()]
-                # clean run: 2 starts; this run: 2 starts and the replacement; the survivor once.
-                self.assertEqual(sorted((r, c) for r, _, c in starts[2:]),
-                                 sorted([("0", "0"), ("1", "0"), (str(victim), "1")]))
-                self.assertEqual([pid for r, pid, c in starts[2:] if r == str(1 - victim)], [str(survivor.pid)])
+    # A rank killed and replaced, rank 0 included, is tested with the real agent, which holds the
+    # store's port for the job (test_in_process_recovery.py); here, with rank 0 hosting a TCPStore on a
+    # port picked before it binds, a parallel test could take the port first.
 
     def test_a_notice_to_live_ranks_ends_the_round_at_a_commit_and_the_newest_wins(self):
         # No failure: each rank sees the notices at a commit (RoundOver), or, when its peer left
