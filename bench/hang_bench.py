@@ -73,7 +73,10 @@ def worker_finish_torch():
     from datetime import timedelta
     import torch.distributed as dist
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, rank == 0,
+    # The launcher's store where it serves one (TORCHELASTIC_USE_AGENT_STORE=True, as torch's
+    # env:// reads it: ddprun's agent, torchrun 2.x's), else rank 0's.
+    hosts = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, hosts,
                           timedelta(seconds=100))
     store.set("met%d" % rank, "1")
     store.wait(["met%d" % i for i in range(n)], timedelta(seconds=100))
@@ -281,6 +284,10 @@ def hang_case(args, tmp, variant, n):
     """One run of part 1; returns a dict of what it measured."""
     timeout_s = args.finish_timeout if variant.startswith("finish") else args.hang_timeout
     cmd = [args.ddprun, "--standalone", "--nproc_per_node=%d" % n, "--max_restarts=0"]
+    if variant == "finish-plain":
+        # Its rank 0 serves its own socket at MASTER_ADDR:MASTER_PORT, which the agent's torch store
+        # would hold: rank 0's port, as torchrun 1.x gives it (README, "torch's store").
+        cmd.append("--torch_store=rank0")
     if variant.startswith("finish"):
         cmd.append("--finish_timeout=%g" % timeout_s)
     else:
