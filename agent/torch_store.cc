@@ -73,11 +73,19 @@ class TorchStore::Impl {
   Impl(TorchStoreOptions options, UniqueFd listener)
       : options_(std::move(options)), listener_(std::move(listener)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
     if (!options_.peers) options_.peers = std::make_shared<ProcSocketPeerFinder>();
+    acceptor_ = std::thread([this] { acceptLoop(); });
+  }
+
+  // The server and (one node) the core, made at the first connection on the acceptor's thread: a
+  // launch, and a job whose ranks never use torch's store, pay for the listening socket only.
+  void ensureServer() {
+    if (server_) return;  // set on this thread only
+    std::unique_ptr<StoreCore> core;
     if (!options_.sinksFor) {
       // One node: the keys live here. Only the current round may use them.
-      StoreCoreOptions core;
-      core.roundIsCurrent = [this](const std::string&, uint64_t round) { return round == currentRound_.load(); };
-      core_ = std::make_unique<StoreCore>(std::move(core));
+      StoreCoreOptions coreOptions;
+      coreOptions.roundIsCurrent = [this](const std::string&, uint64_t round) { return round == currentRound_.load(); };
+      core = std::make_unique<StoreCore>(std::move(coreOptions));
     }
     TcpStoreServerOptions server;
     server.maxConnections = options_.maxConnections;
@@ -91,8 +99,9 @@ class TorchStore::Impl {
       if (sinks) return sinks(std::move(respond));
       return std::make_shared<StoreRequestHandler>(*core_, std::move(respond));
     };
+    std::lock_guard lock(lazyMu_);
+    core_ = std::move(core);
     server_ = std::make_unique<TcpStoreServer>(std::move(server));
-    acceptor_ = std::thread([this] { acceptLoop(); });
   }
 
   ~Impl() { stop(); }
@@ -108,6 +117,7 @@ class TorchStore::Impl {
       sinks_ = std::move(sinks);
     }
     currentRound_ = round.round;
+    std::lock_guard lock(lazyMu_);
     if (core_) core_->store().dropRoundsBefore(runId, round.round);
   }
 
@@ -130,11 +140,15 @@ class TorchStore::Impl {
     }
     admitted_.notify_all();
     if (acceptor_.joinable()) acceptor_.join();
-    server_->stop();
+    // The acceptor, which alone makes them, has ended.
+    if (server_) server_->stop();
     if (core_) core_->shutdown();
   }
 
-  TcpStoreServerStats stats() const { return server_->stats(); }
+  TcpStoreServerStats stats() const {
+    std::lock_guard lock(lazyMu_);
+    return server_ ? server_->stats() : TcpStoreServerStats{};
+  }
   uint64_t refusedStrangers() const { return strangers_.load(); }
 
  private:
@@ -157,6 +171,7 @@ class TorchStore::Impl {
           }
           break;
         }
+        ensureServer();
         server_->adopt(std::move(fd));
       }
     }
@@ -194,6 +209,7 @@ class TorchStore::Impl {
   TorchStoreOptions options_;
   UniqueFd listener_;
   UniqueFd wake_;
+  mutable std::mutex lazyMu_;  // core_ and server_ are made on the acceptor's thread
   std::unique_ptr<StoreCore> core_;  // one node: the keys; destroyed after server_
   std::unique_ptr<TcpStoreServer> server_;
   std::thread acceptor_;
