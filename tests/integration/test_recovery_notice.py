@@ -24,6 +24,8 @@ import heartbeat_golden
 from unittest_main import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import ports  # noqa: E402
 EXAMPLE = os.path.join(REPO, "examples", "torch", "recoverable_ddp.py")
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 
@@ -261,9 +263,9 @@ class BeatTest(unittest.TestCase):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # Rank 0 binds its TCPStore there: a reserved port outside the kernel's ephemeral range
+    # (scripts/ports.py; a port-0 pick was taken by a parallel test before rank 0 bound it, in CI).
+    return ports.free_port("127.0.0.1")
 
 
 def have_torch():

@@ -173,9 +173,12 @@ def _openssl(*args, stdin_text=None, timeout=20):
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # scripts/ports.py: a reserved port outside the kernel's ephemeral range (a port-0 pick could be
+    # taken by a test running beside this one before s_server binds it).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "scripts"))
+    import ports
+    return ports.free_port("127.0.0.1")
 
 
 def _wait_for(proc, marker, timeout):

@@ -45,6 +45,12 @@ if mode == "ddp":
     dist.all_gather(gathered, flat)
     done(agree=all(torch.equal(gathered[0], g) for g in gathered))
     dist.destroy_process_group()
+    # torch 2.x's gloo threads can outlive destroy_process_group and drop the last work's tensors
+    # during the interpreter's exit: SIGABRT, "terminate called without an active exception", in
+    # 2 runs of 30 under --torch_store=rank0 (torchrun's own store) and 1 of 30 under the agent's
+    # (pytorch/pytorch#190489; it failed this test in CI). Not this test's subject: leave at once.
+    sys.stdout.flush()
+    os._exit(0)
 elif mode in ("rank0_leaves", "wait_missing"):
     dist.barrier()
     if rank == 0:
