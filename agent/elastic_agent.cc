@@ -101,6 +101,21 @@ class ElasticAgent::Impl {
     // never starts.
     if (pendingRound_ && pendingRound_->round <= round) pendingRound_.reset();
     if (round == attempt_.round.round) emit(agentEvent(AgentEvent::Kind::kRoundInterrupted, round, reason));
+    if (!recovery_.pending && recovery_.enabled() && group_ && !attempt_.groupStopped &&
+        round == attempt_.round.round && !attempt_.firstFailure && attempt_.dumping.empty()) {
+      // Another node's failure, a lost node or a joining one: with every local rank live under the
+      // API, this node's workers go on into the next round as well (its ranks may move, its world
+      // may change); else they stop, and the new round starts fresh ones beside the others' live
+      // ones, which take their state from those.
+      drainBeats();
+      std::string why;
+      if (recovery_.eligible(-1, options_.nprocPerNode, [this](int lr) { return group_->running(lr); }, &why)) {
+        spdlog::warn("round {} interrupted ({}): recovering in process, the workers here keep running", round, reason);
+        recovery_.pending = InProcessRecovery::Carry{std::nullopt, reason};
+      } else {
+        spdlog::warn("round {} interrupted ({}); in-process recovery is not possible here ({})", round, reason, why);
+      }
+    }
     if (recovery_.pending && group_ && !attempt_.groupStopped && round == attempt_.round.round) {
       // In-process recovery: the live workers go on into the next round; nothing of this round
       // runs any more but in them, so the hand-over is answered now.
@@ -217,8 +232,13 @@ class ElasticAgent::Impl {
   // The next round of an in-process recovery: the failed worker is started again in it, the
   // others are told it on their channels and keep their processes (DESIGN.md section 11).
   void recoverInProcess(RoundInfo round) {
-    const WorkerExit failed = *recovery_.pending;
+    const InProcessRecovery::Carry carry = *recovery_.pending;
     recovery_.pending.reset();
+    if (!carry.failed) {
+      carryIntoRound(round, carry.reason);
+      return;
+    }
+    const WorkerExit failed = *carry.failed;
     // A second failure before the next round: the group reports no second first failure until the
     // failed worker is replaced, so it is seen here. The recovery fails; every rank restarts.
     for (int lr = 0; lr < options_.nprocPerNode; ++lr) {
@@ -246,6 +266,7 @@ class ElasticAgent::Impl {
     finishTimer_.cancel();
     dumpTimer_.cancel();
     attempt_ = Attempt(round, options_.finishTimeout);
+    group_->renumber(round.rankOffset);
     WorkerSpec& spec = specs[static_cast<std::size_t>(failed.localRank)];
     std::string spareNotice;
     if (warm) {
@@ -290,6 +311,42 @@ class ElasticAgent::Impl {
     spdlog::warn("recovered in process: rank {} {} pid {}, {} live rank(s) told round {} (restart {} of {})",
                  started.rank, spareNotice.empty() ? "started again as" : "taken over by the spare", started.pid, told,
                  round.round, round.restartCount, options_.maxRestarts);
+  }
+
+  // The next round of another node's recovery (or of a membership change): every local rank lives
+  // on and is told its place in it; none is started.
+  void carryIntoRound(RoundInfo round, const std::string& reason) {
+    for (int lr = 0; lr < options_.nprocPerNode; ++lr) {
+      if (!group_->running(lr)) {
+        // Ended while the round formed: no first failure was reported for it (a group reports one
+        // only while it runs, and this one still does), so every rank here restarts in the round.
+        spdlog::warn("local rank {} ended during the in-process recovery: restarting every rank here", lr);
+        group_->stop(SIGTERM, options_.shutdownGrace);
+        pendingRound_ = round;
+        return;
+      }
+    }
+    if (options_.torchStore) {
+      options_.torchStore->beginRound(options_.runId, round);
+      round.masterAddr = TorchStore::kAddress;
+      round.masterPort = options_.torchStore->port();
+    }
+    finishTimer_.cancel();
+    dumpTimer_.cancel();
+    attempt_ = Attempt(round, options_.finishTimeout);
+    group_->renumber(round.rankOffset);
+    if (options_.torchStore) options_.torchStore->admit(group_->pids());
+    hang_.arm();
+    emit(roundFormedEvent(round));
+    int told = 0;
+    for (int lr = 0; lr < options_.nprocPerNode; ++lr) {
+      if (options_.heartbeats && options_.heartbeats->sendToWorker(lr, InProcessRecovery::notice(round, lr, reason))) {
+        ++told;
+      }
+    }
+    spdlog::warn("recovered in process: {} live rank(s) here told round {} (ranks {}-{} of {}, restart {} of {})", told,
+                 round.round, round.rankOffset, round.rankOffset + options_.nprocPerNode - 1, round.worldSize,
+                 round.restartCount, options_.maxRestarts);
   }
 
   // A warm spare of the group, on a channel of its own (key: kSpareKeyBase + a serial), admitted
@@ -512,7 +569,7 @@ class ElasticAgent::Impl {
                              [this](int lr) { return group_->running(lr); }, &why)) {
         spdlog::warn("worker rank {} (local_rank {}, pid {}) {}; recovering in process: the others keep running",
                      exit.rank, exit.localRank, exit.pid, how);
-        recovery_.pending = exit;
+        recovery_.pending = InProcessRecovery::Carry{exit, {}};
         recovery_.forget(exit.localRank);
         emit(workerEvent(AgentEvent::Kind::kWorkerFailed, attempt_.round.round, exit, how));
         hang_.forget(exit.rank);

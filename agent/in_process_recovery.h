@@ -47,8 +47,15 @@ class InProcessRecovery {
     return true;
   }
 
-  // The failure being recovered, from the failure to the next round's start.
-  std::optional<WorkerExit> pending;
+  // The group is carried into the next round, from the failure (or a peer's interruption) to the
+  // next round's start: `failed` is this node's failed worker, to be replaced; empty when the
+  // failure was another node's (or a node was lost) and every local rank lives on. `reason` is what
+  // the live ranks are told.
+  struct Carry {
+    std::optional<WorkerExit> failed;
+    std::string reason;
+  };
+  std::optional<Carry> pending;
 
   // The notice that tells a live worker its next round: one line of key=value, `reason` last.
   // `env`: for a warm spare that becomes local rank `localRank`, the rest of its contract

@@ -88,6 +88,10 @@ class WorkerGroup::Impl {
     return false;
   }
 
+  void renumber(int rankOffset) {
+    for (auto& w : workers_) w.spec.rank = rankOffset + w.spec.localRank;
+  }
+
   bool handleExit(const ProcessExit& processExit) {
     for (auto it = spares_.begin(); it != spares_.end(); ++it) {
       if (it->pid != processExit.pid) continue;
@@ -272,6 +276,7 @@ void WorkerGroup::start() { impl_->start(); }
 bool WorkerGroup::replace(int localRank, WorkerSpec spec) { return impl_->replace(localRank, std::move(spec)); }
 pid_t WorkerGroup::addSpare(WorkerSpec spec) { return impl_->addSpare(std::move(spec)); }
 pid_t WorkerGroup::promoteSpare(int localRank, WorkerSpec spec) { return impl_->promoteSpare(localRank, std::move(spec)); }
+void WorkerGroup::renumber(int rankOffset) { impl_->renumber(rankOffset); }
 void WorkerGroup::killSpares() { impl_->killSpares(); }
 std::size_t WorkerGroup::spares() const { return impl_->spares(); }
 bool WorkerGroup::handleExit(const ProcessExit& exit) { return impl_->handleExit(exit); }

@@ -69,6 +69,9 @@ class WorkerGroup {
   // exits, its output, now with `spec`'s prefix), and its next failure is a new first failure.
   // Returns its pid; 0 when no spare runs (or that worker still does).
   pid_t promoteSpare(int localRank, WorkerSpec spec);
+  // In-process recovery across nodes: the live workers carried into a round that places this
+  // node's ranks at `rankOffset` (a lost node can move them); their exits say their new ranks.
+  void renumber(int rankOffset);
   void killSpares();
   std::size_t spares() const;
   // Routes one exit from the supervisor; false when the pid is not one of this group's workers.

@@ -56,7 +56,10 @@ struct AgentSetup {
 class FenceableRendezvous final : public ddprun::Rendezvous {
  public:
   explicit FenceableRendezvous(ddprun::Rendezvous& inner) : inner_(inner) {}
-  void join(ddprun::RendezvousListener* listener) override { inner_.join(listener); }
+  void join(ddprun::RendezvousListener* l) override {
+    listener = l;
+    inner_.join(l);
+  }
   void reportWorkerFailure(uint64_t round, const ddprun::WorkerFailure& failure) override {
     inner_.reportWorkerFailure(round, failure);
   }
@@ -71,6 +74,8 @@ class FenceableRendezvous final : public ddprun::Rendezvous {
   }
   bool fenced(uint64_t round) const override { return round <= fencedThrough; }
   uint64_t fencedThrough = 0;
+  // The agent, as the rendezvous tells it: a test plays another node's rendezvous events with it.
+  ddprun::RendezvousListener* listener = nullptr;
   std::vector<uint64_t> stoppedReports;
   int leaves = 0;
 

@@ -172,6 +172,61 @@ TEST_CASE("in-process recovery: a warm spare takes the failed rank's place, and 
   CHECK(h.statuses == std::vector<int>{0});
 }
 
+// Across nodes: the rendezvous interrupts the round for another node's failure (or a lost node),
+// then forms the next one, which may place this node's ranks elsewhere.
+RoundInfo nextRoundAcrossNodes() {
+  RoundInfo r;
+  r.round = 2;
+  r.groupRank = 1;
+  r.groupWorldSize = 2;
+  r.rankOffset = 3;
+  r.worldSize = 6;
+  r.restartCount = 1;
+  r.masterAddr = "127.0.0.1";
+  r.masterPort = 29500;
+  return r;
+}
+
+TEST_CASE("in-process recovery: another node's failure, every local rank live: they keep running and are told their new place", "[agent][recovery]") {
+  LogLines log;
+  AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 2, .recovery = kInProcess});
+  h.start();
+  optInAll(h, 3);
+  REQUIRE(h.fenceable.listener != nullptr);
+  h.fenceable.listener->onRoundInterrupted(1, "node n1 left: connection closed");
+  h.pump();
+  CHECK(h.fenceable.stoppedReports == std::vector<uint64_t>{1});  // the hand-over, answered at once
+  for (pid_t pid : {1000, 1001, 1002}) CHECK_FALSE(signalled(h, pid));
+  h.fenceable.listener->onRoundReady(nextRoundAcrossNodes());
+  h.pump();
+  CHECK(h.supervisor.spawned().size() == 3);  // nobody started
+  REQUIRE(h.heartbeats->sent.size() == 3);
+  for (int lr = 0; lr < 3; ++lr) {
+    CHECK(h.heartbeats->sent[lr].first == lr);
+    CHECK(h.heartbeats->sent[lr].second.rfind("recover round=2 restart=1 rank=" + std::to_string(3 + lr) +
+                                                  " world=6 local_rank=" + std::to_string(lr) + " ",
+                                              0) == 0);
+    CHECK(h.heartbeats->sent[lr].second.find(" reason=node n1 left: connection closed") != std::string::npos);
+  }
+  CHECK(log.text().find("3 live rank(s) here told round 2 (ranks 3-5 of 6") != std::string::npos);
+  CHECK_FALSE(h.status().has_value());
+}
+
+TEST_CASE("in-process recovery: another node's failure with a local rank not under the API stops this node's workers", "[agent][recovery]") {
+  LogLines log;
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 2, .recovery = kInProcess});
+  h.start();
+  h.heartbeats->beat(0, 1, {}, std::nullopt, true);
+  h.heartbeats->beat(1, 1);  // not under ddprun.recovery
+  h.fenceable.listener->onRoundInterrupted(1, "rank 4 on n1 failed");
+  h.pump();
+  CHECK(signalled(h, 1000));
+  CHECK(signalled(h, 1001));
+  CHECK(h.heartbeats->sent.empty());
+  CHECK(log.text().find("in-process recovery is not possible here (local rank 1 does not run under ddprun.recovery)") !=
+        std::string::npos);
+}
+
 TEST_CASE("in-process recovery: the notice a live worker is told", "[agent][recovery]") {
   RoundInfo round;
   round.round = 7;
