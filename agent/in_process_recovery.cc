@@ -11,7 +11,15 @@ std::string InProcessRecovery::notice(const RoundInfo& round, int localRank, con
                     " rank=" + std::to_string(round.rankOffset + localRank) +
                     " world=" + std::to_string(round.worldSize) + " local_rank=" + std::to_string(localRank) +
                     " master_addr=" + round.masterAddr + " master_port=" + std::to_string(round.masterPort);
-  for (const auto& [name, value] : env) {
+  // ddprun's own store for the round (libddp's workers build their next communicator on it),
+  // then, for a spare, the rest of its contract.
+  std::vector<std::pair<std::string, std::string>> all;
+  if (!round.storeAddr.empty()) {
+    all.emplace_back("DDPRUN_STORE_ADDR", round.storeAddr);
+    all.emplace_back("DDPRUN_STORE_PREFIX", round.storePrefix);
+  }
+  all.insert(all.end(), env.begin(), env.end());
+  for (const auto& [name, value] : all) {
     if (value.find_first_of(" \t\r\n") != std::string::npos || value.size() > 256) continue;
     out += " env." + name + "=" + value;
   }

@@ -238,6 +238,13 @@ TEST_CASE("in-process recovery: the notice a live worker is told", "[agent][reco
   CHECK(InProcessRecovery::notice(round, 2, "rank 5 was killed by SIGKILL") ==
         "recover round=7 restart=3 rank=6 world=8 local_rank=2 master_addr=127.0.0.1 master_port=29555 "
         "reason=rank 5 was killed by SIGKILL");
+  // The round's ddprun store (libddp's workers), then a spare's contract.
+  round.storeAddr = "file:///run/job/store/round_7";
+  round.storePrefix = "job/7/";
+  CHECK(InProcessRecovery::notice(round, 2, "x", {{"GROUP_RANK", "1"}, {"SPACED", "a b"}}) ==
+        "recover round=7 restart=3 rank=6 world=8 local_rank=2 master_addr=127.0.0.1 master_port=29555 "
+        "env.DDPRUN_STORE_ADDR=file:///run/job/store/round_7 env.DDPRUN_STORE_PREFIX=job/7/ env.GROUP_RANK=1 "
+        "reason=x");
   const std::string hostile = InProcessRecovery::notice(round, 0, std::string(5000, '\n'));
   CHECK(hostile.size() <= 1024);
   CHECK(hostile.find('\n') == std::string::npos);
