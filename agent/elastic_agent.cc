@@ -287,6 +287,7 @@ class ElasticAgent::Impl {
       if (options_.heartbeats) options_.heartbeats->workerSpawned(failed.localRank);
     }
     if (options_.torchStore) options_.torchStore->admit(group_->pids());
+    recovery_.recovered(hang_.bestStep().value_or(-1));
     hang_.arm();
     emit(roundFormedEvent(round));
     WorkerExit started;
@@ -336,6 +337,7 @@ class ElasticAgent::Impl {
     attempt_ = Attempt(round, options_.finishTimeout);
     group_->renumber(round.rankOffset);
     if (options_.torchStore) options_.torchStore->admit(group_->pids());
+    recovery_.recovered(hang_.bestStep().value_or(-1));
     hang_.arm();
     emit(roundFormedEvent(round));
     int told = 0;
@@ -397,6 +399,7 @@ class ElasticAgent::Impl {
   // --- heartbeats (docs/heartbeat.md) -----------------------------------------------------------
 
   void onBeat(const HeartbeatMessage& beat) {
+    recovery_.observedStep(beat.step);
     if (beat.recoverable && group_) {
       const int localRank = beat.rank - attempt_.round.rankOffset;
       if (localRank >= 0 && localRank < options_.nprocPerNode) {

@@ -5,6 +5,7 @@
 // group, replaces the failed worker, tells the others.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,7 +26,18 @@ class InProcessRecovery {
   void optedIn(int localRank) { optedIn_.insert(localRank); }
   // A new process runs at local rank `localRank` (a start or a replacement): it has not opted in yet.
   void forget(int localRank) { optedIn_.erase(localRank); }
-  void reset() { optedIn_.clear(); }
+  void reset() {
+    optedIn_.clear();
+    settlingPast_.reset();
+  }
+  // A recovery formed its round when the ranks here had beaten up to `step`: it is complete once
+  // one of them beats a step past it. A failure before that is the recovery's own (a replacement
+  // that does not come back, a re-initialization that times out in the API's bounded wait, a
+  // sticky device error): no second recovery in place, every rank restarts.
+  void recovered(int64_t step) { settlingPast_ = step; }
+  void observedStep(int64_t step) {
+    if (settlingPast_ && step > *settlingPast_) settlingPast_.reset();
+  }
 
   // Whether the failure of `failed` may be recovered in place: enabled, and every other local rank
   // of 0..nproc-1 is running and opted in. `running(localRank)` tells which run; `why` says what
@@ -33,6 +45,11 @@ class InProcessRecovery {
   template <class Running>
   bool eligible(int failed, int nproc, Running running, std::string* why) const {
     if (!enabled_) return false;
+    if (settlingPast_) {
+      *why = "the last in-process recovery has not completed: no step past " + std::to_string(*settlingPast_) +
+             " since";
+      return false;
+    }
     for (int lr = 0; lr < nproc; ++lr) {
       if (lr == failed) continue;
       if (!running(lr)) {
@@ -66,6 +83,7 @@ class InProcessRecovery {
  private:
   bool enabled_;
   std::set<int> optedIn_;
+  std::optional<int64_t> settlingPast_;
 };
 
 }  // namespace ddprun

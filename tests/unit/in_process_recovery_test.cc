@@ -76,15 +76,16 @@ TEST_CASE("in-process recovery: two failures in a row, each within the budget, e
   h.supervisor.exitProcess(1000, 1);
   h.pump();
   REQUIRE(h.supervisor.spawned().size() == 3);
-  // The replacement must opt in itself before it can be recovered around.
-  h.heartbeats->beat(0, 0, {}, std::nullopt, true);
+  // The replacement must opt in itself before it can be recovered around, and the job must have
+  // gone past the step of the first failure (the recovery completed).
+  h.heartbeats->beat(0, 6, {}, std::nullopt, true);
   h.supervisor.exitProcess(1001, 1);
   h.pump();
   REQUIRE(h.supervisor.spawned().size() == 4);
   CHECK(h.envOf(3, "TORCHELASTIC_RESTART_COUNT") == "2");
   CHECK_FALSE(signalled(h, 1002));
   // A third failure is past --max_restarts=2: the job fails, the rest are stopped.
-  h.heartbeats->beat(1, 0, {}, std::nullopt, true);
+  h.heartbeats->beat(1, 7, {}, std::nullopt, true);
   h.supervisor.exitProcess(1002, 3);
   h.pump();
   CHECK(signalled(h, 1003));
@@ -170,6 +171,29 @@ TEST_CASE("in-process recovery: a warm spare takes the failed rank's place, and 
   h.pump();
   CHECK(signalled(h, 1003));
   CHECK(h.statuses == std::vector<int>{0});
+}
+
+TEST_CASE("in-process recovery: a failure before the last recovery completed falls back to a restart of every rank", "[agent][recovery]") {
+  LogLines log;
+  AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 3, .recovery = kInProcess});
+  h.start();
+  optInAll(h, 3);  // step 5
+  h.supervisor.exitProcess(1001, 1);
+  h.pump();
+  REQUIRE(h.supervisor.spawned().size() == 4);  // recovered in place: rank 1 replaced
+  // The replacement opts in, the survivors beat (in their wait for the new group) but nobody gets
+  // past step 5: the re-initialization fails, and the replacement exits.
+  h.heartbeats->beat(1, 0, {}, std::nullopt, true);
+  h.heartbeats->beat(0, 5, {}, std::nullopt, true);
+  h.heartbeats->beat(2, 5, {}, std::nullopt, true);
+  h.supervisor.exitProcess(1003, 1);
+  h.pump();
+  CHECK(signalled(h, 1000));  // not a second recovery in place: every rank restarts
+  CHECK(signalled(h, 1002));
+  CHECK(log.text().find("the last in-process recovery has not completed: no step past 5 since") != std::string::npos);
+  for (pid_t pid : {1000, 1002}) h.supervisor.exitProcess(pid, 143);
+  h.pump();
+  CHECK(h.supervisor.spawned().size() == 7);  // three fresh ranks
 }
 
 // Across nodes: the rendezvous interrupts the round for another node's failure (or a lost node),
