@@ -5,6 +5,7 @@ ranks.
 - a rank of the second node SIGKILLed: its agent replaces it; the first node's agent, told of the
   interruption by the rendezvous, keeps its workers and tells them the next round;
 - rank 0 (on the node that hosts the rendezvous) SIGKILLed: the same the other way round;
+- a warm spare of the second node taking the killed rank's place;
 - a lost node (its agent SIGKILLed, its workers gone with it) with a standby node: the survivor's
   workers stay, the standby's start fresh in the lost node's place and take their state from the
   live ones.
@@ -101,6 +102,24 @@ class MultiNodeInProcessRecoveryTest(ml.MultiNodeTestCase):
         self.assertEqual(self.digest(results[0].stdout), want, self.describe_all(jobs))
         self.assert_kept(self.starts(), [0])
         self.assertIn("live rank(s) here told round", results[1].stderr)
+        self.assert_no_leftovers(jobs)
+
+    def test_a_warm_spare_of_the_second_node_takes_the_place(self):
+        want = self.expected_digest()
+        jobs, results = self.static_job(["--recovery=in_process", "--max_restarts=2", "--spares_per_node=1"],
+                                        {"RECOVERABLE_DIE_AT": "2:25"})
+        for r in results:
+            self.assertEqual(r.returncode, 0, self.describe_all(jobs))
+        self.assertEqual(self.digest(results[0].stdout), want, self.describe_all(jobs))
+        self.assertIn("taken over by the spare", results[1].stderr)
+        self.assertIn("live rank(s) here told round", results[0].stderr)
+        ranks = {}
+        for rank, pid, _ in self.starts():
+            if rank >= 0:  # a spare logs rank -1 when it starts
+                ranks.setdefault(rank, []).append(pid)
+        # Every rank started once: rank 2's place was taken by node 1's spare, not a new process.
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3], self.starts())
+        self.assertTrue(all(len(p) == 1 for p in ranks.values()), self.starts())
         self.assert_no_leftovers(jobs)
 
     def test_a_lost_node_is_replaced_by_a_standby_node(self):
