@@ -187,13 +187,23 @@ NoticeReader::NoticeReader(NoticeReaderOptions options) : currentRound_(options.
   len = sizeof(domain);
   if (::getsockopt(options.fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX) return;
   fd_ = ::fcntl(options.fd, F_DUPFD_CLOEXEC, 3);
+  pid_ = static_cast<int>(::getpid());
 }
+
+bool NoticeReader::available() const { return fd_ >= 0 && !closed_ && pid_ == static_cast<int>(::getpid()); }
 
 NoticeReader::~NoticeReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::optional<RecoveryNotice> NoticeReader::drain(std::optional<RecoveryNotice> latest) {
+void NoticeReader::drop(std::string why) {
+  ++dropped_;
+  lastDropReason_ = std::move(why);
+}
+
+std::optional<RecoveryNotice> NoticeReader::drain() {
+  std::optional<RecoveryNotice> latest;
+  uint64_t latestRound = 0;
   // One byte over the bound tells an oversized message from one that fits; MSG_TRUNC gives the
   // real length of a longer one, which is then dropped whole.
   char buffer[kMaxRecoveryNotice + 1];
@@ -210,39 +220,43 @@ std::optional<RecoveryNotice> NoticeReader::drain(std::optional<RecoveryNotice> 
     }
     const std::size_t size = static_cast<std::size_t>(n);
     std::string why;
-    auto notice = parseRecoveryNotice(std::string_view(buffer, std::min(size, sizeof(buffer))), &why);
+    std::optional<RecoveryNotice> notice;
     if (size > sizeof(buffer)) {
-      notice.reset();
       why = "notice of " + std::to_string(size) + " bytes, over " + std::to_string(kMaxRecoveryNotice);
-    }
-    if (notice && notice->round <= currentRound_) {
-      why = "stale notice (round " + std::to_string(notice->round) + ", this process is in round " +
-            std::to_string(currentRound_) + ")";
-      notice.reset();
+    } else {
+      notice = parseRecoveryNotice(std::string_view(buffer, size), &why);
     }
     if (!notice) {
-      ++dropped_;
-      lastDropReason_ = std::move(why);
+      drop(std::move(why));
       continue;
     }
-    // The newest wins: a later notice supersedes an earlier one of a lower or equal round.
-    if (!latest || notice->round >= latest->round) latest = std::move(notice);
+    if (notice->round <= currentRound_) {
+      drop("stale notice (round " + std::to_string(notice->round) + ", this process is in round " +
+           std::to_string(currentRound_) + ")");
+      continue;
+    }
+    // The newest wins: a later notice supersedes an earlier one of a lower or equal round. The
+    // round is kept aside of the optional (GCC's -Wmaybe-uninitialized misreads the comparison).
+    if (!latest || notice->round >= latestRound) {
+      latestRound = notice->round;
+      latest = std::move(notice);
+    }
   }
   return latest;
 }
 
-std::optional<RecoveryNotice> NoticeReader::poll() { return drain(std::nullopt); }
+std::optional<RecoveryNotice> NoticeReader::poll() { return drain(); }
 
 std::optional<RecoveryNotice> NoticeReader::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto latest = drain(std::nullopt);
+  auto latest = drain();
   while (!latest && available()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd_, POLLIN, 0};
     const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
     if (rc < 0 && errno != EINTR) break;
-    latest = drain(std::nullopt);
+    latest = drain();
   }
   return latest;
 }

@@ -80,8 +80,10 @@ class NoticeReader {
   NoticeReader(const NoticeReader&) = delete;
   NoticeReader& operator=(const NoticeReader&) = delete;
 
-  // Whether notices can still come: a channel, not at end-of-file (the agent gone).
-  bool available() const { return fd_ >= 0 && !closed_; }
+  // Whether notices can still come: a channel, not at end-of-file (the agent gone), read by the
+  // process that opened the reader (a forked child holds the descriptor too, and must not take a
+  // notice meant for its parent).
+  bool available() const;
 
   // The newest valid notice pending now, or nullopt; never blocks. Reads every pending message:
   // malformed, stale and foreign ones are dropped (counted in dropped()).
@@ -100,10 +102,12 @@ class NoticeReader {
   const std::string& lastDropReason() const { return lastDropReason_; }
 
  private:
-  // Takes every pending message; returns the newest valid notice among them, else `latest`.
-  std::optional<RecoveryNotice> drain(std::optional<RecoveryNotice> latest);
+  // Takes every pending message; returns the newest valid notice among them.
+  std::optional<RecoveryNotice> drain();
+  void drop(std::string why);
 
   int fd_ = -1;
+  int pid_ = -1;  // the process that opened it
   bool closed_ = false;
   uint64_t currentRound_ = 0;
   std::size_t dropped_ = 0;

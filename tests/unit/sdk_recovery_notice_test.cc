@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -297,6 +298,26 @@ TEST_CASE("recovery notice reader: the agent gone (end-of-file) ends waiting at 
   CHECK_FALSE(pipeReader.available());
   ::close(pipeFds[0]);
   ::close(pipeFds[1]);
+}
+
+TEST_CASE("recovery notice reader: a forked child takes no notice meant for its parent", "[recovery-sdk]") {
+  Channel channel;
+  ddp::NoticeReader reader(ddp::NoticeReaderOptions{.fd = channel.worker, .currentRound = 0});
+  channel.send(notice(1));
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // A DataLoader-like child: the descriptor is inherited, the reader must not read it.
+    const bool quiet = !reader.available() && !reader.poll() && !reader.wait(50ms);
+    ::_exit(quiet ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  auto got = reader.poll();  // still there for the parent
+  REQUIRE(got);
+  CHECK(got->round == 1);
 }
 
 TEST_CASE("heartbeat: recoverable=1 on every beat while set, failed=1 on the failure's beat only",
