@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -12,15 +13,57 @@
 #include <utility>
 #include <vector>
 
+#include "common/strings.h"
 #include "worker_sdk/heartbeat.h"
 #include "worker_sdk/recovery_notice.h"
 #include "worker_sdk/remote_store.h"
+
+extern char** environ;
 
 namespace ddp {
 
 bool inProcessRecoveryRequested() {
   const char* value = std::getenv("DDPRUN_RECOVERY");
   return value != nullptr && std::string_view(value) == "in_process";
+}
+
+bool isWarmSpare() {
+  const char* value = std::getenv("DDPRUN_SPARE");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
+std::optional<Env> waitAsSpare(const std::map<std::string, std::string>& vars,
+                               std::optional<std::chrono::milliseconds> timeout) {
+  const auto get = [&](const char* name) {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::string() : it->second;
+  };
+  const auto fd = ddprun::parseInt(get("DDPRUN_HEARTBEAT_FD"));
+  const auto round = ddprun::parseInt(get("DDPRUN_ROUND"));
+  NoticeReader reader(NoticeReaderOptions{.fd = fd && *fd >= 0 && *fd <= INT_MAX ? static_cast<int>(*fd) : -1,
+                                          .currentRound = round && *round > 0 ? static_cast<uint64_t>(*round) : 0});
+  const auto start = std::chrono::steady_clock::now();
+  while (reader.available()) {
+    auto slice = std::chrono::milliseconds(std::chrono::hours(1));
+    if (timeout) {
+      const auto left = *timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now() - start);
+      if (left.count() <= 0) break;
+      slice = std::min(slice, left);
+    }
+    if (auto notice = reader.wait(slice)) return spareRecoveryEnv(vars, *notice);
+  }
+  return std::nullopt;
+}
+
+std::optional<Env> waitAsSpare(std::optional<std::chrono::milliseconds> timeout) {
+  std::map<std::string, std::string> vars;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string_view text(*entry);
+    const auto eq = text.find('=');
+    if (eq != std::string_view::npos) vars.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
+  }
+  return waitAsSpare(vars, timeout);
 }
 
 // What the round's monitor thread and the training thread share: the committed step, the

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -123,5 +124,19 @@ int runRecoverable(const RecoverableOptions& options, const std::function<void(R
 
 // Whether ddprun runs this job with --recovery=in_process (DDPRUN_RECOVERY=in_process).
 bool inProcessRecoveryRequested();
+
+// Whether this process is a warm spare (ddprun --spares_per_node sets DDPRUN_SPARE=1): not a rank
+// yet, it has none of a rank's variables, and Env::fromEnviron() would refuse its environment.
+bool isWarmSpare();
+
+// A warm spare, its set-up done, waits here until ddprun makes it a rank (a notice on its channel),
+// and returns that rank's Env, for RecoverableOptions::env; runRecoverable then brings it to its
+// peers' state. nullopt when the agent is gone (the channel closed), there is no channel, or
+// `timeout` passed (nullopt: no bound; a spare waits as long as its agent lives).
+//   ddp::Env env = ddp::isWarmSpare() ? ddp::waitAsSpare().value() : ddp::Env::fromEnviron();
+std::optional<Env> waitAsSpare(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+// The same with the process's variables given (tests, programs that build their own environment).
+std::optional<Env> waitAsSpare(const std::map<std::string, std::string>& vars,
+                               std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
 }  // namespace ddp

@@ -136,24 +136,40 @@ std::optional<RecoveryNotice> parseRecoveryNotice(std::string_view message, std:
   return notice;
 }
 
+namespace {
+
+// `vars` with the notice's rank variables and the env tokens libddp reads, parsed as a launch's.
+Env withNotice(std::map<std::string, std::string> vars, const RecoveryNotice& notice) {
+  vars["RANK"] = std::to_string(notice.rank);
+  vars["WORLD_SIZE"] = std::to_string(notice.world);
+  vars["LOCAL_RANK"] = std::to_string(notice.localRank);
+  vars["MASTER_ADDR"] = notice.masterAddr;
+  vars["MASTER_PORT"] = std::to_string(notice.masterPort);
+  vars["TORCHELASTIC_RESTART_COUNT"] = std::to_string(notice.restart);
+  vars["DDPRUN_ROUND"] = std::to_string(notice.round);
+  // The old round's prefix names the old round: the notice's, or none (the round's number and the
+  // run id still scope the store's keys).
+  vars.erase("DDPRUN_STORE_PREFIX");
+  for (const auto& [name, value] : notice.env) {
+    if (std::find(std::begin(kAppliedEnv), std::end(kAppliedEnv), name) != std::end(kAppliedEnv)) {
+      vars[name] = value;
+    }
+  }
+  return Env::fromEnvironment(vars);
+}
+
+}  // namespace
+
 Env applyRecoveryNotice(const Env& current, const RecoveryNotice& notice) {
   // Re-parsed as a launch's environment, so that a notice is held to the checks a start is.
   std::map<std::string, std::string> vars;
   const auto set = [&](const char* name, const std::string& value) { vars[name] = value; };
   const auto setInt = [&](const char* name, int64_t value) { vars[name] = std::to_string(value); };
-  const int localWorld =
-      std::min(notice.world, std::max(current.localWorldSize, notice.localRank + 1));
+  const int localWorld = std::min(notice.world, std::max(current.localWorldSize, notice.localRank + 1));
   const int groupWorld = std::min(notice.world, current.groupWorldSize);
-  setInt("RANK", notice.rank);
-  setInt("WORLD_SIZE", notice.world);
-  setInt("LOCAL_RANK", notice.localRank);
   setInt("LOCAL_WORLD_SIZE", localWorld);
   setInt("GROUP_RANK", std::min(current.groupRank, groupWorld - 1));
   setInt("GROUP_WORLD_SIZE", groupWorld);
-  set("MASTER_ADDR", notice.masterAddr);
-  setInt("MASTER_PORT", notice.masterPort);
-  setInt("TORCHELASTIC_RESTART_COUNT", notice.restart);
-  set("DDPRUN_ROUND", std::to_string(notice.round));
   if (!current.runId.empty()) set("DDPRUN_RUN_ID", current.runId);
   if (!current.storeAddr.empty()) set("DDPRUN_STORE_ADDR", current.storeAddr);
   if (!current.token.empty()) set("DDPRUN_RDZV_TOKEN", current.token);
@@ -170,12 +186,13 @@ Env applyRecoveryNotice(const Env& current, const RecoveryNotice& notice) {
   if (!current.heartbeatSocket.empty()) set("DDPRUN_HEARTBEAT_SOCKET", current.heartbeatSocket);
   if (!current.cudaVisibleDevices.empty()) set("CUDA_VISIBLE_DEVICES", current.cudaVisibleDevices);
   if (!current.glooSocketIfname.empty()) set("GLOO_SOCKET_IFNAME", current.glooSocketIfname);
-  for (const auto& [name, value] : notice.env) {
-    if (std::find(std::begin(kAppliedEnv), std::end(kAppliedEnv), name) != std::end(kAppliedEnv)) {
-      vars[name] = value;
-    }
-  }
-  return Env::fromEnvironment(vars);
+  return withNotice(std::move(vars), notice);
+}
+
+Env spareRecoveryEnv(const std::map<std::string, std::string>& vars, const RecoveryNotice& notice) {
+  auto own = vars;
+  own.erase("DDPRUN_SPARE");
+  return withNotice(std::move(own), notice);
 }
 
 NoticeReader::NoticeReader(NoticeReaderOptions options) : currentRound_(options.currentRound) {

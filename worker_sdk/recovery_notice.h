@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,6 +63,12 @@ std::optional<RecoveryNotice> parseRecoveryNotice(std::string_view message, std:
 // hold the new local rank and narrowed to the new world; groups likewise. A round with no store
 // of its own keeps the current one's address, with the prefix cleared (it named the old round).
 Env applyRecoveryNotice(const Env& current, const RecoveryNotice& notice);
+
+// The environment of a warm spare (ddprun --spares_per_node) that `notice` makes a rank: the
+// process's own variables `vars` (a spare has none of a rank's: RANK, LOCAL_WORLD_SIZE, ...) with
+// the notice's fields and its env tokens (env.LOCAL_WORLD_SIZE, env.GROUP_RANK, ...), checked as
+// Env::fromEnvironment checks a launch; ddprun::ConfigError when they do not make a rank's.
+Env spareRecoveryEnv(const std::map<std::string, std::string>& vars, const RecoveryNotice& notice);
 
 struct NoticeReaderOptions {
   // The worker's end of the channel (DDPRUN_HEARTBEAT_FD). Duplicated: the reader never closes

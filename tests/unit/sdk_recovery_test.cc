@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "common/heartbeat_message.h"
 #include "safety_bound.h"
 #include "tests/support/sdk_ranks.h"
@@ -68,7 +70,7 @@ struct Channel {
     worker = fds[1];
   }
   ~Channel() {
-    ::close(agent);
+    if (agent >= 0) ::close(agent);
     ::close(worker);
   }
   Channel(const Channel&) = delete;
@@ -111,6 +113,7 @@ struct RankOptions {
   bool inProcess = true;
   std::chrono::milliseconds noticeTimeout = 20s;
   Hook hook{};
+  std::optional<ddp::Env> env{};  // instead of rank, round and fd: a warm spare's, from its notice
 };
 
 void runRank(ddp::InProcessStore& store, const RankOptions& ro, RankResult& out) {
@@ -119,6 +122,7 @@ void runRank(ddp::InProcessStore& store, const RankOptions& ro, RankResult& out)
   options.env.round = ro.round;
   options.env.restartCount = static_cast<int>(ro.round);
   options.env.heartbeatFd = ro.fd;
+  if (ro.env) options.env = *ro.env;
   options.backend = ddp::Backend::kGloo;
   options.communicator = ddp::test::testOptions(10s);  // bounds a collective on a peer that hangs
   options.noticeTimeout = ro.noticeTimeout;
@@ -209,7 +213,8 @@ TEST_CASE("recoverable run, gloo, 3 ranks as threads: without a fault every rank
 }
 
 TEST_CASE("recoverable run, gloo, 3 ranks as threads: rank 2 throws at step 5, reports failed=1 and leaves; the "
-          "survivors take the notice, a fresh rank 2 joins, every rank ends at the reference",
+          "survivors take the notice, a replacement joins (a fresh process or a warm spare), every rank ends at the "
+          "reference",
           "[recovery-sdk]") {
   ddp::InProcessStore store(ddp::InProcessStoreOptions{30s});
   Channel channels[kWorld];
@@ -241,10 +246,37 @@ TEST_CASE("recoverable run, gloo, 3 ranks as threads: rank 2 throws at step 5, r
     for (const auto& b : survivor) CHECK_FALSE(b.failed);
     channels[r].send(notice(1, r, "rank 2 failed"));
   }
-  threads.threads.emplace_back([&] {
-    runRank(store, RankOptions{.rank = 2, .round = 1, .fd = replacementChannel.worker}, replacement);
-  });
+  std::optional<ddp::Env> spareEnv;
+  SECTION("replaced by a fresh process") {
+    threads.threads.emplace_back([&] {
+      runRank(store, RankOptions{.rank = 2, .round = 1, .fd = replacementChannel.worker}, replacement);
+    });
+  }
+  SECTION("replaced by a warm spare that waited, not a rank, for its notice") {
+    threads.threads.emplace_back([&] {
+      try {
+        spareEnv = ddp::waitAsSpare({{"DDPRUN_SPARE", "1"},
+                                     {"DDPRUN_ROUND", "0"},
+                                     {"DDPRUN_HEARTBEAT_FD", std::to_string(replacementChannel.worker)}},
+                                    ddprun::test::kSafetyBound);
+      } catch (const std::exception& e) {
+        replacement.error = e.what();
+        return;
+      }
+      if (spareEnv) runRank(store, RankOptions{.env = spareEnv}, replacement);
+    });
+    const std::string contract = " env.LOCAL_WORLD_SIZE=3 env.GROUP_RANK=0 env.GROUP_WORLD_SIZE=1 reason=";
+    std::string activation = notice(1, 2, "spare0 takes rank 2");
+    activation.replace(activation.find(" reason="), 8, contract);
+    replacementChannel.send(activation);
+  }
   threads.joinAll();
+  if (spareEnv) {
+    CHECK(spareEnv->rank == 2);
+    CHECK(spareEnv->round == 1);
+    CHECK(spareEnv->localWorldSize == 3);
+    CHECK(spareEnv->heartbeatFd == replacementChannel.worker);
+  }
 
   for (int r = 0; r < 2; ++r) {
     INFO("survivor " << r << ": " << results[r].error);
@@ -347,4 +379,49 @@ TEST_CASE("recoverable run outside --recovery=in_process or without a channel: t
                     "boom again");
   CHECK(calls == 2);
   CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);
+}
+
+TEST_CASE("warm spare: waits for its notice, bounded; no rank without the notice's contract; none when the agent is "
+          "gone",
+          "[recovery-sdk]") {
+  Channel channel;
+  const std::map<std::string, std::string> vars = {{"DDPRUN_SPARE", "1"},
+                                                    {"DDPRUN_ROUND", "4"},
+                                                    {"DDPRUN_RUN_ID", "job1"},
+                                                    {"DDPRUN_STORE_ADDR", "10.0.0.1:29400"},
+                                                    {"DDPRUN_STORE_PREFIX", "/run/job1/round/4/"},
+                                                    {"DDPRUN_HEARTBEAT_FD", std::to_string(channel.worker)}};
+  // Nothing comes: the bound ends the wait.
+  auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(ddp::waitAsSpare(vars, 100ms));
+  CHECK(std::chrono::steady_clock::now() - start >= 90ms);
+
+  // A stale notice is no activation; one without LOCAL_WORLD_SIZE cannot make a rank's contract.
+  channel.send("recover round=4 restart=0 rank=0 world=2 local_rank=0 master_addr=h master_port=9 reason=old");
+  CHECK_FALSE(ddp::waitAsSpare(vars, 100ms));
+  channel.send("recover round=5 restart=1 rank=1 world=2 local_rank=1 master_addr=h master_port=9 reason=r");
+  CHECK_THROWS_AS(ddp::waitAsSpare(vars, 5s), ddprun::ConfigError);
+
+  channel.send("recover round=6 restart=2 rank=1 world=2 local_rank=1 master_addr=h master_port=9 "
+               "env.LOCAL_WORLD_SIZE=2 env.GROUP_RANK=0 env.GROUP_WORLD_SIZE=1 "
+               "env.DDPRUN_STORE_PREFIX=/run/job1/round/6/ reason=spare0 takes rank 1");
+  const auto env = ddp::waitAsSpare(vars, 5s);
+  REQUIRE(env);
+  CHECK(env->rank == 1);
+  CHECK(env->worldSize == 2);
+  CHECK(env->localRank == 1);
+  CHECK(env->localWorldSize == 2);
+  CHECK(env->round == 6);
+  CHECK(env->restartCount == 2);
+  CHECK(env->storeAddr == "10.0.0.1:29400");
+  CHECK(env->storePrefix == "/run/job1/round/6/");  // the spare's own prefix named round 4
+  CHECK(env->heartbeatFd == channel.worker);
+
+  // The agent gone: the wait ends at once, even unbounded.
+  ::close(channel.agent);
+  channel.agent = -1;
+  start = std::chrono::steady_clock::now();
+  CHECK_FALSE(ddp::waitAsSpare(vars));
+  CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);
+  CHECK_FALSE(ddp::waitAsSpare({{"DDPRUN_SPARE", "1"}}));  // no channel at all
 }
