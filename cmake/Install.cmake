@@ -59,7 +59,7 @@ add_custom_target(ddp_static_archive ALL DEPENDS ${_ddp_static})
 
 # The public headers: ddp.h and what it includes (worker_sdk/*.h, standard library only).
 set(DDPRUN_SDK_HEADERS communicator.h data_type.h ddp.h env.h gradient_reducer.h heartbeat.h in_process_store.h
-    prefix_store.h remote_store.h staging_buffer.h store.h version.h work.h)
+    prefix_store.h recovery.h recovery_notice.h remote_store.h staging_buffer.h store.h version.h work.h)
 list(TRANSFORM DDPRUN_SDK_HEADERS PREPEND ${PROJECT_SOURCE_DIR}/worker_sdk/)
 install(FILES ${DDPRUN_SDK_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddprun/worker_sdk COMPONENT sdk)
 # The errors libddp throws (ddprun::ConfigError, TimeoutError, ...), for a consumer to catch.

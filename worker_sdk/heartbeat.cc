@@ -101,7 +101,17 @@ void Heartbeat::leave(const std::string& name) noexcept {
   if (fd_ >= 0) send(std::chrono::steady_clock::now());
 }
 
-void Heartbeat::send(std::chrono::steady_clock::time_point now) noexcept {
+void Heartbeat::setRecoverable(bool on) noexcept {
+  if (recoverable_ == on) return;
+  recoverable_ = on;
+  if (fd_ >= 0) send(std::chrono::steady_clock::now());  // the agent must know before a peer fails
+}
+
+void Heartbeat::reportFailed() noexcept {
+  if (fd_ >= 0) send(std::chrono::steady_clock::now(), /*failed=*/true);
+}
+
+void Heartbeat::send(std::chrono::steady_clock::time_point now, bool failed) noexcept {
   sent_ = true;
   pending_ = false;
   lastSent_ = now;
@@ -115,8 +125,21 @@ void Heartbeat::send(std::chrono::steady_clock::time_point now) noexcept {
   timeSum_ = 0;
   timeCount_ = 0;
   char text[ddprun::kMaxHeartbeatDatagram + 1];
-  const std::size_t n = ddprun::formatHeartbeat(options_.rank, step_, section, seconds, text, sizeof(text));
+  std::size_t n = ddprun::formatHeartbeat(options_.rank, step_, section, seconds, text, sizeof(text));
   if (n == 0) return;
+  // The recovery tokens go last, as the Python package writes them (its `extra`); a message that
+  // would not fit the bound goes without them rather than not at all.
+  std::size_t length = n;
+  if (text[length - 1] == '\n') --length;
+  const auto append = [&](std::string_view token) {
+    if (length + token.size() + 1 > ddprun::kMaxHeartbeatDatagram) return;
+    std::memcpy(text + length, token.data(), token.size());
+    length += token.size();
+  };
+  if (recoverable_) append(" recoverable=1");
+  if (failed) append(" failed=1");
+  text[length++] = '\n';
+  n = length;
   // Errors (no listener yet, a full queue, the agent gone) are dropped on purpose: the next beat
   // tries again.
   if (address_.empty()) {

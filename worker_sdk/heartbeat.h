@@ -69,6 +69,15 @@ class Heartbeat {
   // Whether beats are sent anywhere (a channel was inherited, or a socket was named and created).
   bool enabled() const { return fd_ >= 0; }
 
+  // In-process recovery (ddp::runRecoverable, ddprun --recovery=in_process): while on, every beat
+  // carries "recoverable=1", which tells the agent to keep this rank running when a peer fails
+  // and to send it a notice of the next round instead. Beats at once when it changes.
+  void setRecoverable(bool on) noexcept;
+  // This rank's own code failed (not a peer's failure): beats at once with "failed=1", so that the
+  // agent ends and replaces it without its peers waiting out a collective's timeout. Only that
+  // beat carries the token.
+  void reportFailed() noexcept;
+
  private:
   const HeartbeatOptions options_;
   int fd_ = -1;
@@ -76,7 +85,7 @@ class Heartbeat {
   // inherited channel, which is connected.
   std::string address_;
   std::vector<std::string> sections_;  // entered and not left, innermost last
-  void send(std::chrono::steady_clock::time_point now) noexcept;
+  void send(std::chrono::steady_clock::time_point now, bool failed = false) noexcept;
   void enter(std::string name) noexcept;
   void leave(const std::string& name) noexcept;
 
@@ -87,6 +96,7 @@ class Heartbeat {
   bool pending_ = false;     // a beat was held back since the last one sent: the destructor sends it
   double timeSum_ = 0;       // step times of the beats since the last one sent
   int timeCount_ = 0;
+  bool recoverable_ = false;  // setRecoverable()
 };
 
 }  // namespace ddp
