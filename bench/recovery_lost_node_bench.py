@@ -2,14 +2,15 @@
 """Time lost to a lost node: ddprun's in-process recovery against restarts (ddprun's and
 torchrun's) across 2 nodes with a standby (issue #36's lost-node bench; bench/RESULTS_RECOVERY.md).
 
-  python3 bench/recovery_lost_node_bench.py [--python PY]... [--runs 3] [--steps 200] [--kill_at 100]
+  python3 bench/recovery_lost_node_bench.py [--python PY]... [--runs 3] [--steps 200] [--kill_at 105]
                                             [--step_ms 50] [--nproc_per_node 2] [--smoke]
 
 Three agents on loopback, one process group each ("nodes"): a and b form the job's 2-node round
 (--nnodes=2:2, elastic, the rendezvous on a), c joins once the job logged its first step and stands
 by (--standby_s to join: torchrun's agent imports torch first). Once the job logs step --kill_at
-(well before the last: a node lost as the ranks finish is another case), node b is lost: its agent and its workers SIGKILLed at once (killpg), as a
-machine that dies. The contenders, interleaved (the order rotates from run to run):
+(well before the last: a node lost as the ranks finish is another case), node b is lost: its agent
+and every process below it stopped and SIGKILLed at once, as a machine that dies. The contenders,
+interleaved (the order rotates from run to run):
   - ddprun in_process: --recovery=in_process, examples/torch/recoverable_ddp.py: a's workers keep
     their processes, c's start cold in b's place and take their state from a's;
   - ddprun restart:    --max_restarts=1, examples/torch/checkpoint_ddp.py (every rank restarts and
@@ -59,6 +60,24 @@ def agent_argv(args, python, version, contender, port, run_id, ckpt):
         [rb.CHECKPOINT] + script
 
 
+def lose_node(pid):
+    """SIGKILLs a node's every process at once, as a machine that dies, whatever sessions or process
+    groups its launcher put them in (torchrun 2.x starts its workers in new sessions): stopped first,
+    so that none reacts to the others' deaths, then killed."""
+    procs = benchlib.descendants(pid)
+    for p in procs:
+        try:
+            os.kill(p, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+    procs = benchlib.descendants(pid)  # anything forked meanwhile
+    for p in procs:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def steps_so_far(path):
     steps, _ = rb.read_times(path)
     return max((s for _, s, _ in steps), default=0)
@@ -104,7 +123,7 @@ def run_job(args, python, version, contender, tmp):
         if kill_step >= args.steps:
             raise RuntimeError("the job ended before the node could be lost: raise --steps or lower --kill_at")
         kill_t = time.time()
-        os.killpg(nodes["b"].pid, signal.SIGKILL)
+        lose_node(nodes["b"].pid)
         kill = (-1, kill_step, kill_t)
         for tag in ("a", "c"):
             try:
@@ -113,10 +132,8 @@ def run_job(args, python, version, contender, tmp):
                 rcs[tag] = None
     finally:
         for p in nodes.values():
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if p.poll() is None:
+                lose_node(p.pid)
             p.wait()
         for f in files:
             f.close()
@@ -181,7 +198,7 @@ def main():
                                                      os.path.join(benchlib.ROOT, "build", "bin"), "ddprun"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--kill_at", type=int, default=100, help="node b is lost once the job logged this step")
+    ap.add_argument("--kill_at", type=int, default=105, help="node b is lost once the job logged this step")
     ap.add_argument("--step_ms", type=float, default=50.0)
     ap.add_argument("--nproc_per_node", type=int, default=2)
     ap.add_argument("--checkpoint_every", type=int, default=10)
