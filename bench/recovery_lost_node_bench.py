@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,14 @@ def agent_argv(args, python, version, contender, port, run_id, ckpt):
     return [python, "-m", "torch.distributed.run", "--nnodes=2:2", "--rdzv_backend=c10d",
             "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_id=" + run_id, nproc, "--max_restarts=1"] + fix + \
         [rb.CHECKPOINT] + script
+
+
+def listening(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def lose_node(pid):
@@ -111,7 +120,10 @@ def run_job(args, python, version, contender, tmp):
     rcs = {}
     try:
         start("a")
-        time.sleep(0.5)  # a hosts the rendezvous (ddprun) or the c10d store (torchrun): the others find it
+        # a must host the rendezvous (ddprun) or torchrun's c10d store (the first agent to bind the
+        # endpoint does): the node lost is never the one that hosts it, for either launcher.
+        while not listening(port) and time.monotonic() < deadline and nodes["a"].poll() is None:
+            time.sleep(0.05)
         start("b")
         while steps_so_far(times) < 1 and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.05)

@@ -1,5 +1,7 @@
 #include "worker_sdk/recovery.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -265,6 +267,16 @@ int runRecoverable(const RecoverableOptions& options, const std::function<void(R
     return 0;
   }
 
+  // A survivor writes to a dead peer's connection (a transport's write without MSG_NOSIGNAL): that
+  // must be an error the round's teardown handles, not a SIGPIPE that kills the process and turns
+  // the recovery into a restart of every rank. Ignored for the process, as Python does, unless the
+  // program installed a handler of its own.
+  struct sigaction pipe {};
+  if (::sigaction(SIGPIPE, nullptr, &pipe) == 0 && pipe.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+  }
   Env env = options.env;
   std::optional<Heartbeat> heartbeat(std::in_place, env);
   heartbeat->setRecoverable(true);  // opt in at once: a peer's failure must leave this rank running

@@ -118,7 +118,9 @@ class RecoveryContext {
 // which replaces this rank. Without a notice then, rethrows the exception.
 //
 // Without a notice channel (options.env.heartbeatFd) or outside in-process recovery, runs train
-// once (step 0, one communicator) and lets its exceptions through.
+// once (step 0, one communicator) and lets its exceptions through. In-process recovery sets SIGPIPE
+// to SIG_IGN for the process when it is at its default (a write to a dead peer must fail, not
+// kill a survivor); a handler the program installed is left alone.
 int runRecoverable(const RecoverableOptions& options, const std::function<void(RecoveryContext&)>& train,
                    const RecoveryState& state);
 

@@ -65,7 +65,8 @@ class CppInProcessRecoveryTest(ml.MultiNodeTestCase):
             by_rank.setdefault(rank, []).append(pid)
         for rank in range(world):
             want = replaced.count(rank) + 1
-            self.assertEqual(len(by_rank.get(rank, [])), want, "rank %d: %s" % (rank, self.starts()))
+            self.assertEqual(len(by_rank.get(rank, [])), want, "rank %d: %s\n%s" % (rank, self.starts(),
+                                                                                    res.describe()))
         self.assertEqual(res.stderr.count("recovered in process"), recoveries, res.describe())
         self.assertNotIn("restarting workers", res.stderr, res.describe())
 

@@ -5,10 +5,12 @@
 // skipped, repeated or taken from a stale state changes the final parameters.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -210,6 +212,39 @@ TEST_CASE("recoverable run, gloo, 3 ranks as threads: without a fault every rank
     for (const auto& b : beats) CHECK_FALSE(b.failed);
     CHECK_FALSE(beats.back().recoverable);  // and out when the run ended
   }
+}
+
+TEST_CASE("recoverable run: a write to a dead peer is an error, not a SIGPIPE that kills the survivor", "[recovery-sdk]") {
+  // Under ddprun a survivor of a killed peer wrote to its closed connection and died of SIGPIPE
+  // (1 run in ~10 of test_in_process_recovery_cpp.py), making the recovery a restart of every rank.
+  struct sigaction old{};
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, &old);
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{30s});
+  Channel channel;
+  ddp::RecoverableOptions options;
+  options.env = ddp::test::rankEnv(0, 1);
+  options.env.heartbeatFd = channel.worker;
+  options.inProcess = true;
+  options.communicator.name = "sigpipe";
+  options.makeStore = [&store](const ddp::Env&) { return std::shared_ptr<ddp::Store>(&store, [](ddp::Store*) {}); };
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  ::close(pair[1]);  // the peer is gone
+  ssize_t wrote = 0;
+  int error = 0;
+  CHECK(ddp::runRecoverable(options,
+                            [&](ddp::RecoveryContext& ctx) {
+                              wrote = ::write(pair[0], "x", 1);  // as a transport that forgot MSG_NOSIGNAL
+                              error = errno;
+                              ctx.commit(1);
+                            },
+                            {}) == 0);
+  ::close(pair[0]);
+  CHECK(wrote == -1);
+  CHECK(error == EPIPE);
+  ::sigaction(SIGPIPE, &old, nullptr);
 }
 
 TEST_CASE("recoverable run, gloo, 3 ranks as threads: rank 2 throws at step 5, reports failed=1 and leaves; the "
