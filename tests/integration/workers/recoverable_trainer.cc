@@ -10,6 +10,9 @@
 // its process's environment):
 //   RECOVERABLE_DIE_AT=RANK:STEP  that rank SIGKILLs itself right after committing STEP
 //   RECOVERABLE_PIDS=PATH         each process appends "rank pid restart" when it becomes a rank
+//   RECOVERABLE_TIMES=PATH        each rank appends "rank step time" per step done (time: the wall
+//                                 clock's seconds), and a dying rank "kill rank step time" first
+//                                 (bench/recovery_bench.py's format)
 // Rank 0 prints "digest HEX" (of the final parameters) when it is done.
 #include <signal.h>
 #include <unistd.h>
@@ -73,6 +76,19 @@ void logStart(int rank, int restarts) {
   }
 }
 
+// Appends one line to RECOVERABLE_TIMES, if set (opened once per process).
+void logTime(const char* prefix, int rank, int64_t step) {
+  static FILE* f = [] {
+    const std::string path = getenv_or("RECOVERABLE_TIMES", "");
+    return path.empty() ? nullptr : std::fopen(path.c_str(), "a");
+  }();
+  if (!f) return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::fprintf(f, "%s%d %" PRId64 " %.6f\n", prefix, rank, step, now);
+  std::fflush(f);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,7 +126,11 @@ int main(int argc, char** argv) {
             ctx.communicator().allReduce(std::span<int64_t>(sum));
             for (std::size_t i = 0; i < kParams; ++i) params[i] = (params[i] * 3 + sum[i]) % kModulus;
             ctx.commit(step + 1);
-            if (hook(dieAt, ctx.rank(), step + 1, ctx.env().restartCount)) ::kill(::getpid(), SIGKILL);
+            logTime("", ctx.rank(), step + 1);
+            if (hook(dieAt, ctx.rank(), step + 1, ctx.env().restartCount)) {
+              logTime("kill ", ctx.rank(), step + 1);
+              ::kill(::getpid(), SIGKILL);
+            }
             std::this_thread::sleep_until(begin + stepTime);
           }
           if (ctx.rank() == 0) {
