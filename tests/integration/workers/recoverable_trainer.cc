@@ -1,7 +1,7 @@
 // A C++ trainer on libddp's in-process recovery (worker_sdk/recovery.h), for
-// tests/integration/test_in_process_recovery_cpp.py: gloo, an integer model whose update depends on
-// every step's order (a step skipped, repeated or taken from a stale state changes the result), one
-// all-reduce per step.
+// tests/integration/test_in_process_recovery_cpp.py and bench/recovery_cpp_bench.py: gloo, an
+// integer model whose update depends on every step's order (a step skipped, repeated or taken from
+// a stale state changes the result), its gradients summed by a GradientReducer built per round.
 //
 //   recoverable_trainer STEPS STEP_MS
 //
@@ -119,12 +119,23 @@ int main(int argc, char** argv) {
             logStart(ctx.rank(), ctx.env().restartCount);
             loggedRank = ctx.rank();
           }
+          // The round's gradient reducer, over the round's communicator: rebuilt every round, as a
+          // DDP wrapper is. Two gradients in two buckets; sums (small integers: exact in float).
+          std::vector<float> first(kParams / 2), second(kParams / 2);
+          ddp::GradientReducer reducer(ctx.communicator(), {std::span<float>(first), std::span<float>(second)},
+                                       ddp::GradientReducerOptions{.bucketCapBytes = 16, .average = false});
           for (int64_t step = ctx.step(); step < steps; ++step) {
             const auto begin = std::chrono::steady_clock::now();
-            std::vector<int64_t> sum(kParams);
-            for (std::size_t i = 0; i < kParams; ++i) sum[i] = gradient(step, ctx.rank(), i);
-            ctx.communicator().allReduce(std::span<int64_t>(sum));
-            for (std::size_t i = 0; i < kParams; ++i) params[i] = (params[i] * 3 + sum[i]) % kModulus;
+            for (std::size_t i = 0; i < kParams; ++i) {
+              (i < kParams / 2 ? first[i] : second[i - kParams / 2]) = static_cast<float>(gradient(step, ctx.rank(), i));
+            }
+            reducer.markReady(1);  // backward's order: the last registered first
+            reducer.markReady(0);
+            reducer.finish();
+            for (std::size_t i = 0; i < kParams; ++i) {
+              const auto sum = static_cast<int64_t>(i < kParams / 2 ? first[i] : second[i - kParams / 2]);
+              params[i] = (params[i] * 3 + sum) % kModulus;
+            }
             ctx.commit(step + 1);
             logTime("", ctx.rank(), step + 1);
             if (hook(dieAt, ctx.rank(), step + 1, ctx.env().restartCount)) {
