@@ -139,15 +139,19 @@ class RecoveryContext::Impl {
         communicator_->abort();
         lock.lock();
       }
+      // Alive while waiting on its peers (a collective in Work::wait): not the hung rank. A rank
+      // busy in its own code beats only when it commits, so that a rank hung there falls silent,
+      // as the Python API's (it beats only while its main thread waits in torch).
       const auto now = std::chrono::steady_clock::now();
-      if (now - lastBeat >= beatInterval_) {
-        heartbeat_.beat(committed_);  // alive while waiting on peers: not the hung rank
+      if (now - lastBeat >= beatInterval_ && detail::waitingOnWork(trainer_)) {
+        heartbeat_.beat(committed_);
         lastBeat = now;
       }
     }
   }
 
   Heartbeat& heartbeat_;
+  const std::thread::id trainer_ = std::this_thread::get_id();  // made on the thread that runs train()
   NoticeReader* const reader_;
   Communicator* const communicator_;
   std::mutex mutex_;

@@ -62,9 +62,10 @@ struct RecoverableOptions {
   // How often the monitor thread reads the channel while train() runs: the delay between a
   // notice and the abort of a collective that waits on a dead peer.
   std::chrono::milliseconds monitorInterval = std::chrono::milliseconds(50);
-  // While train() or a wait for a notice runs, a beat at least this often (with the last
-  // committed step): a rank waiting on its peers is alive, so that --hang_timeout picks the hung
-  // rank, not those waiting for it.
+  // While a collective of train() waits on its peers, or a wait for a notice runs, a beat at
+  // least this often (with the last committed step): a rank waiting on its peers is alive, so that
+  // --hang_timeout picks the hung rank, not those waiting for it. A rank busy in its own code beats
+  // only at its commits.
   std::chrono::milliseconds beatInterval = std::chrono::seconds(1);
   // Rounds this process may recover into before a fault is final.
   int maxRecoveries = 1000;

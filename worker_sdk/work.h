@@ -3,11 +3,16 @@
 #pragma once
 
 #include <memory>
+#include <thread>
 
 namespace ddp {
 
 namespace detail {
 class WorkState;
+// Whether thread `thread` is in Work::wait() now: in-process recovery beats for a rank only while
+// its training thread waits on its peers (worker_sdk/recovery.cc), so that a rank hung in its own
+// code falls silent and is the one --hang_timeout finds.
+bool waitingOnWork(std::thread::id thread);
 }
 
 class Work {

@@ -116,6 +116,7 @@ struct RankOptions {
   std::chrono::milliseconds noticeTimeout = 20s;
   Hook hook{};
   std::optional<ddp::Env> env{};  // instead of rank, round and fd: a warm spare's, from its notice
+  std::chrono::milliseconds beatInterval = 1s;
 };
 
 void runRank(ddp::InProcessStore& store, const RankOptions& ro, RankResult& out) {
@@ -129,6 +130,7 @@ void runRank(ddp::InProcessStore& store, const RankOptions& ro, RankResult& out)
   options.communicator = ddp::test::testOptions(10s);  // bounds a collective on a peer that hangs
   options.noticeTimeout = ro.noticeTimeout;
   options.monitorInterval = 10ms;
+  options.beatInterval = ro.beatInterval;
   options.inProcess = ro.inProcess;
   // One store for every round, not owned: the per-round communicator names keep rounds apart.
   options.makeStore = [&store](const ddp::Env&) { return std::shared_ptr<ddp::Store>(&store, [](ddp::Store*) {}); };
@@ -211,6 +213,40 @@ TEST_CASE("recoverable run, gloo, 3 ranks as threads: without a fault every rank
     CHECK(beats.front().rank == r);
     for (const auto& b : beats) CHECK_FALSE(b.failed);
     CHECK_FALSE(beats.back().recoverable);  // and out when the run ended
+  }
+}
+
+TEST_CASE("recoverable run: a rank busy in its own code falls silent, its peers waiting on it in a collective beat", "[recovery-sdk]") {
+  // As the Python API: only the rank hung in its own code is silent, so that --hang_timeout ends
+  // that one, not the ranks that wait for it.
+  ddp::InProcessStore store(ddp::InProcessStoreOptions{30s});
+  Channel channels[kWorld];
+  RankResult results[kWorld];
+  const auto stall = [](ddp::RecoveryContext& ctx, int64_t step) {
+    if (ctx.rank() == 0 && step == 2) std::this_thread::sleep_for(900ms);  // its own code, no collective
+  };
+  {
+    Threads threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.threads.emplace_back([&, r] {
+        runRank(store, RankOptions{.rank = r, .fd = channels[r].worker, .hook = stall, .beatInterval = 50ms},
+                results[r]);
+      });
+    }
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r);
+    CHECK(results[r].error.empty());
+    CHECK(results[r].params == reference());
+    int atStep2 = 0;
+    for (const auto& b : channels[r].beats()) atStep2 += b.step == 2 ? 1 : 0;
+    // 900 ms with step 2 committed: the waiting ranks beat about every 100 ms (Heartbeat's thinning),
+    // the stalled one only at its commit (and perhaps a held-back beat).
+    if (r == 0) {
+      CHECK(atStep2 <= 2);
+    } else {
+      CHECK(atStep2 >= 4);
+    }
   }
 }
 
