@@ -2,8 +2,9 @@
 the real ddprun: test-bin/recoverable_trainer, gloo, an integer model whose update depends on every
 step's order.
 
-Cases: a rank SIGKILLed mid-run, rank 0 SIGKILLed, two failures in a row, a warm spare taking the
-place, and a rank of the second of two nodes. Each asserts the survivors' process ids did not
+Cases: a rank SIGKILLed mid-run, rank 0 SIGKILLed, a rank hung in its own code (found by
+--hang_timeout), two failures in a row, a warm spare taking the place, and a rank of the second of
+two nodes. Each asserts the survivors' process ids did not
 change (the trainer logs "rank pid restart" per process that becomes a rank), the exit status, and
 the final digest against the same job without a failure.
 """
@@ -30,8 +31,8 @@ class CppInProcessRecoveryTest(ml.MultiNodeTestCase):
         if not os.access(TRAINER, os.X_OK):
             self.skipTest("%s is not built" % TRAINER)
 
-    def job(self, flags=(), env=None, nproc=NPROC):
-        e = {"RECOVERABLE_PIDS": self.path("pids.txt")}
+    def job(self, flags=(), env=None, nproc=NPROC, pids="pids.txt"):
+        e = {"RECOVERABLE_PIDS": self.path(pids)}
         e.update(env or {})
         return self.run_job(["--nproc_per_node=%d" % nproc] + list(flags) + [TRAINER, str(STEPS), "10"], env=e,
                             timeout=TIMEOUT)
@@ -50,11 +51,10 @@ class CppInProcessRecoveryTest(ml.MultiNodeTestCase):
 
     def expected_digest(self):
         if CppInProcessRecoveryTest.baseline is None:
-            res = self.job(["--max_restarts=0"])
+            res = self.job(["--max_restarts=0"], pids="baseline_pids.txt")  # not the case's own
             self.assert_exit(res, 0)
             CppInProcessRecoveryTest.baseline = self.digest(res.stdout)
             self.assertIsNotNone(CppInProcessRecoveryTest.baseline, res.describe())
-            os.unlink(self.path("pids.txt"))
         return CppInProcessRecoveryTest.baseline
 
     def assert_recovered(self, res, replaced, recoveries=1, world=NPROC):
@@ -83,6 +83,16 @@ class CppInProcessRecoveryTest(ml.MultiNodeTestCase):
     def test_two_failures_in_a_row(self):
         res = self.job(["--recovery=in_process", "--max_restarts=2"], {"RECOVERABLE_DIE_AT": "1:20,2:50@1"})
         self.assert_recovered(res, [1, 2], recoveries=2)
+
+    def test_a_rank_hung_in_its_own_code_is_found_and_replaced(self):
+        # Its peers wait for it in a collective and beat (libddp's monitor, while they wait); the
+        # hung rank is silent, found by --hang_timeout, ended, and replaced in place.
+        res = self.job(["--recovery=in_process", "--max_restarts=2", "--hang_timeout=3"],
+                       {"RECOVERABLE_HANG_AT": "1:30"})
+        self.assert_recovered(res, [1])
+        self.assertIn("ending hung rank 1", res.stderr)
+        self.assertNotIn("ending hung rank 0", res.stderr)
+        self.assertNotIn("ending hung rank 2", res.stderr)
 
     def test_a_warm_spare_takes_the_place(self):
         res = self.job(["--recovery=in_process", "--max_restarts=2", "--spares_per_node=1"],

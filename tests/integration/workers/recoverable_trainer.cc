@@ -9,6 +9,7 @@
 // whose restart count is RESTART, 0 when absent; a live rank learns it from ddprun's notice, not from
 // its process's environment):
 //   RECOVERABLE_DIE_AT=RANK:STEP  that rank SIGKILLs itself right after committing STEP
+//   RECOVERABLE_HANG_AT=RANK:STEP that rank stops in its own code (sleeps) right after committing STEP
 //   RECOVERABLE_PIDS=PATH         each process appends "rank pid restart" when it becomes a rank
 //   RECOVERABLE_TIMES=PATH        each rank appends "rank step time" per step done (time: the wall
 //                                 clock's seconds), and a dying rank "kill rank step time" first
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
     options.communicator.timeout = std::chrono::seconds(20);
     options.noticeTimeout = std::chrono::seconds(60);
     const std::string dieAt = getenv_or("RECOVERABLE_DIE_AT", "");
+    const std::string hangAt = getenv_or("RECOVERABLE_HANG_AT", "");
     int loggedRank = -1;
     const int recoveries = ddp::runRecoverable(
         options,
@@ -141,6 +143,9 @@ int main(int argc, char** argv) {
             if (hook(dieAt, ctx.rank(), step + 1, ctx.env().restartCount)) {
               logTime("kill ", ctx.rank(), step + 1);
               ::kill(::getpid(), SIGKILL);
+            }
+            if (hook(hangAt, ctx.rank(), step + 1, ctx.env().restartCount)) {
+              std::this_thread::sleep_for(std::chrono::hours(1));  // hung in its own code
             }
             std::this_thread::sleep_until(begin + stepTime);
           }
