@@ -274,7 +274,7 @@ TEST_CASE("recovery notice reader: an oversized message is dropped whole, and la
   CHECK(got->round == 2);
 }
 
-TEST_CASE("recovery notice reader: the agent gone (end-of-file) ends waiting at once; no channel, no notices",
+TEST_CASE("recovery notice reader: the agent gone (end-of-file) ends waiting at once, no channel, no notices",
           "[recovery-sdk]") {
   Channel channel;
   ddp::NoticeReader reader(ddp::NoticeReaderOptions{.fd = channel.worker, .currentRound = 0});

@@ -283,7 +283,7 @@ TEST_CASE("recoverable run: a write to a dead peer is an error, not a SIGPIPE th
   ::sigaction(SIGPIPE, &old, nullptr);
 }
 
-TEST_CASE("recoverable run, gloo, 3 ranks as threads: rank 2 throws at step 5, reports failed=1 and leaves; the "
+TEST_CASE("recoverable run, gloo, 3 ranks as threads: rank 2 throws at step 5, reports failed=1 and leaves, the "
           "survivors take the notice, a replacement joins (a fresh process or a warm spare), every rank ends at the "
           "reference",
           "[recovery-sdk]") {
@@ -452,7 +452,7 @@ TEST_CASE("recoverable run outside --recovery=in_process or without a channel: t
   CHECK(std::chrono::steady_clock::now() - start < ddprun::test::kSafetyBound);
 }
 
-TEST_CASE("warm spare: waits for its notice, bounded; no rank without the notice's contract; none when the agent is "
+TEST_CASE("warm spare: waits for its notice, bounded, no rank without the notice's contract, none when the agent is "
           "gone",
           "[recovery-sdk]") {
   Channel channel;
