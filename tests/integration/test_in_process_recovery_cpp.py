@@ -10,10 +10,10 @@ the final digest against the same job without a failure.
 """
 
 import os
-import re
 
 import ddprun_testlib as tl
 import multinode_lib as ml
+import recovery_lib
 from ddprun_testlib import main
 
 TEST_BIN = os.environ.get("DDPRUN_TEST_BIN") or os.path.join(tl.REPO, "build", "test-bin")
@@ -38,16 +38,9 @@ class CppInProcessRecoveryTest(ml.MultiNodeTestCase):
                             timeout=TIMEOUT)
 
     def starts(self):
-        path = self.path("pids.txt")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [tuple(int(x) for x in line.split()) for line in f if len(line.split()) == 3]
+        return recovery_lib.read_starts(self.path("pids.txt"))
 
-    @staticmethod
-    def digest(text):
-        found = re.findall(r"digest ([0-9a-f]{16})", text)
-        return found[-1] if found else None
+    digest = staticmethod(recovery_lib.last_digest)
 
     def expected_digest(self):
         if CppInProcessRecoveryTest.baseline is None:

@@ -16,12 +16,12 @@ failure (same world, same rank positions: bit-identical parameters).
 """
 
 import os
-import re
 import signal
 import time
 
 import ddprun_testlib as tl
 import multinode_lib as ml
+import recovery_lib
 from ddprun_testlib import main
 
 EXAMPLE = os.path.join(tl.REPO, "examples", "torch", "recoverable_ddp.py")
@@ -51,16 +51,9 @@ class MultiNodeInProcessRecoveryTest(ml.MultiNodeTestCase):
         return jobs, self.wait_all(jobs, TIMEOUT)
 
     def starts(self):
-        path = self.path("pids.txt")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [tuple(int(x) for x in line.split()) for line in f if len(line.split()) == 3]
+        return recovery_lib.read_starts(self.path("pids.txt"))
 
-    @staticmethod
-    def digest(text):
-        found = re.findall(r"digest ([0-9a-f]{16})", text)
-        return found[-1] if found else None
+    digest = staticmethod(recovery_lib.last_digest)
 
     def expected_digest(self):
         if MultiNodeInProcessRecoveryTest.baseline is None:
