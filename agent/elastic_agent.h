@@ -97,6 +97,10 @@ struct AgentOptions {
   // --spares_per_node (kInProcess only): warm spares kept running beside the ranks; a failed rank
   // is replaced by one at once (no import, no start-up), and a new spare starts behind it.
   int sparesPerNode = 0;
+  // With spares: a node that has waited this long for its first round (a standby node, or one
+  // that came early) starts its ranks' processes as spares, so that the round starts them warm.
+  // Not at once: a job whose round forms quickly starts its ranks as ranks, as without spares.
+  std::chrono::milliseconds warmStartAfter{2000};
   // The clock heartbeats are judged by (silence, --finish_timeout's "beat within"); tests fake it.
   std::function<std::chrono::steady_clock::time_point()> clock;
 };

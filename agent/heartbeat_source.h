@@ -27,8 +27,9 @@ class HeartbeatSource {
 
   virtual ~HeartbeatSource() = default;
   virtual void setOnBeat(OnBeat onBeat) = 0;
-  // A new attempt: the previous attempt's channels are closed and what they queued is dropped.
-  virtual void newAttempt() = 0;
+  // A new attempt: the previous attempt's channels are closed and what they queued is dropped, but
+  // for those under `keep` (warm spares', which outlive the attempt they waited through).
+  virtual void newAttempt(const std::vector<int>& keep) = 0;
   // The channel of one worker of the current attempt, before it is spawned.
   virtual WorkerChannelEnd openChannel(int localRank) = 0;
   // The attempt's workers were spawned: the agent's copies of their ends are closed (so that a

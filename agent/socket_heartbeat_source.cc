@@ -45,8 +45,13 @@ class SocketHeartbeatSource::Impl : public std::enable_shared_from_this<SocketHe
   const std::string& name() const { return name_; }
   void setOnBeat(OnBeat onBeat) { onBeat_ = std::move(onBeat); }
 
-  void newAttempt() {
+  void newAttempt(const std::vector<int>& keep) {
+    std::map<int, std::shared_ptr<Channel>> kept;
+    for (int key : keep) {
+      if (auto it = channels_.find(key); it != channels_.end()) kept.emplace(key, it->second), channels_.erase(it);
+    }
     closeChannels();
+    channels_ = std::move(kept);
     // Whatever the named socket queued was sent by the previous attempt.
     readAll(*named_, /*deliver=*/false);
   }
@@ -168,7 +173,7 @@ SocketHeartbeatSource::SocketHeartbeatSource(boost::asio::io_context& io) : impl
 SocketHeartbeatSource::~SocketHeartbeatSource() { impl_->stop(); }
 const std::string& SocketHeartbeatSource::socketName() const { return impl_->name(); }
 void SocketHeartbeatSource::setOnBeat(OnBeat onBeat) { impl_->setOnBeat(std::move(onBeat)); }
-void SocketHeartbeatSource::newAttempt() { impl_->newAttempt(); }
+void SocketHeartbeatSource::newAttempt(const std::vector<int>& keep) { impl_->newAttempt(keep); }
 WorkerChannelEnd SocketHeartbeatSource::openChannel(int localRank) { return impl_->openChannel(localRank); }
 void SocketHeartbeatSource::workersSpawned() { impl_->workersSpawned(); }
 WorkerChannelEnd SocketHeartbeatSource::reopenChannel(int localRank) { return impl_->openChannel(localRank); }

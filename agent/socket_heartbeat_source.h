@@ -27,7 +27,7 @@ class SocketHeartbeatSource final : public HeartbeatSource {
   const std::string& socketName() const;
 
   void setOnBeat(OnBeat onBeat) override;
-  void newAttempt() override;
+  void newAttempt(const std::vector<int>& keep) override;
   WorkerChannelEnd openChannel(int localRank) override;
   void workersSpawned() override;
   void drain() override;

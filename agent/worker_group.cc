@@ -33,8 +33,17 @@ class WorkerGroup::Impl {
     }
   }
 
-  void start() {
-    for (auto& w : workers_) spawn(w);
+  std::vector<pid_t> start(Impl* waiting) {
+    std::vector<pid_t> taken;
+    for (auto& w : workers_) {
+      taken.push_back(waiting && !waiting->spares_.empty() ? adopt(w, waiting->takeOldestSpare()) : 0);
+      if (taken.back() == 0) spawn(w);
+    }
+    if (waiting) {
+      for (auto& spare : waiting->spares_) spares_.push_back(std::move(spare));
+      waiting->spares_.clear();
+    }
+    return taken;
   }
 
   pid_t addSpare(WorkerSpec spec) {
@@ -54,15 +63,10 @@ class WorkerGroup::Impl {
     for (auto& w : workers_) {
       if (w.spec.localRank != localRank) continue;
       if (!w.exited || spares_.empty()) return 0;
-      Worker spare = std::move(spares_.front());
-      spares_.erase(spares_.begin());
       if (w.output) w.output->close();
-      spec.request = spare.spec.request;  // what it was started with
-      spare.spec = std::move(spec);
-      if (spare.output) spare.output->setPrefix(spare.spec.output.prefix);
-      w = std::move(spare);
+      w.spec = std::move(spec);
       failureReported_ = false;  // the next failure is a new one
-      return w.pid;
+      return adopt(w, takeOldestSpare());
     }
     return 0;
   }
@@ -197,6 +201,30 @@ class WorkerGroup::Impl {
   }
 
  private:
+  Worker takeOldestSpare() {
+    Worker spare = std::move(spares_.front());
+    spares_.erase(spares_.begin());
+    return spare;
+  }
+
+  // The spare becomes worker `w` (whose spec it takes, but for the request it was started with);
+  // its output goes where that worker's goes. Returns its pid.
+  pid_t adopt(Worker& w, Worker spare) {
+    w.spec.request = spare.spec.request;
+    if (spare.output) {
+      try {
+        spare.output->becomeRank(w.spec.output);
+      } catch (const Error& e) {
+        spdlog::warn("rank {} (the spare pid {}): its output stays on the console only: {}", w.spec.rank, spare.pid,
+                     e.what());
+      }
+    }
+    w.output = std::move(spare.output);
+    w.pid = spare.pid;
+    w.exited = false;
+    return w.pid;
+  }
+
   bool spawnProcess(Worker& w, std::string* error) {
     try {
       w.output = std::make_unique<WorkerOutput>(io_, w.spec.output);
@@ -272,7 +300,8 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, ProcessSupervisor& supervi
                          WorkerGroupEvents events)
     : impl_(std::make_unique<Impl>(io, supervisor, std::move(workers), std::move(events))) {}
 WorkerGroup::~WorkerGroup() = default;
-void WorkerGroup::start() { impl_->start(); }
+void WorkerGroup::start() { impl_->start(nullptr); }
+std::vector<pid_t> WorkerGroup::startWithSpares(WorkerGroup& waiting) { return impl_->start(waiting.impl_.get()); }
 bool WorkerGroup::replace(int localRank, WorkerSpec spec) { return impl_->replace(localRank, std::move(spec)); }
 pid_t WorkerGroup::addSpare(WorkerSpec spec) { return impl_->addSpare(std::move(spec)); }
 pid_t WorkerGroup::promoteSpare(int localRank, WorkerSpec spec) { return impl_->promoteSpare(localRank, std::move(spec)); }

@@ -56,6 +56,11 @@ class WorkerGroup {
   ~WorkerGroup();
 
   void start();
+  // Starts the workers, the first ones by taking `waiting`'s warm spares (started while this node
+  // waited for a round) instead of new processes; the spares left over become this group's.
+  // Returns, by local rank, the pid of the spare each worker took (0: a new process was started).
+  // The caller tells each such spare that it is that rank now.
+  std::vector<pid_t> startWithSpares(WorkerGroup& waiting);
   // In-process recovery: starts a worker that exited again from `spec` (a new process, the new
   // round's environment) while the others keep running; its next failure is reported as a new
   // first failure. False when that worker still runs or the group is stopping.

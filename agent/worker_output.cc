@@ -25,10 +25,7 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
     write_ = std::move(pipe.write);
     descriptor_.assign(pipe.read.release());
     descriptor_.non_blocking(true);
-    if (!filePath.empty()) {
-      file_.reset(::open(filePath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      if (!file_) throw DDPRUN_SYSTEM_ERROR("cannot open " + filePath);
-    }
+    if (!filePath.empty()) file_ = openFile(filePath);
   }
 
   int writeFd() const { return write_.get(); }
@@ -47,9 +44,25 @@ class WorkerOutput::Stream : public std::enable_shared_from_this<Stream> {
   }
 
   std::vector<std::string> tail() const { return {tail_.begin(), tail_.end()}; }
-  void setPrefix(std::string prefix) { prefix_ = std::move(prefix); }
+  // Where its lines go from now on (a spare that became a rank: the rank's prefix, console, file
+  // and filter). Lines already read went where the spare's went.
+  void retarget(std::shared_ptr<ConsoleWriter> console, std::string prefix, const std::string& filePath,
+                std::shared_ptr<FilteredLog> filtered) {
+    UniqueFd file;
+    if (!filePath.empty()) file = openFile(filePath);
+    console_ = std::move(console);
+    prefix_ = std::move(prefix);
+    filtered_ = std::move(filtered);
+    file_ = std::move(file);
+  }
 
  private:
+  static UniqueFd openFile(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) throw DDPRUN_SYSTEM_ERROR("cannot open " + path);
+    return fd;
+  }
+
   void waitReadable() {
     if (!descriptor_.is_open()) return;
     descriptor_.async_wait(boost::asio::posix::descriptor_base::wait_read,
@@ -161,9 +174,9 @@ void WorkerOutput::close() {
   err_->close();
 }
 
-void WorkerOutput::setPrefix(const std::string& prefix) {
-  out_->setPrefix(prefix);
-  err_->setPrefix(prefix);
+void WorkerOutput::becomeRank(const WorkerOutputOptions& options) {
+  out_->retarget(options.stdoutConsole, options.prefix, options.stdoutFile, options.stdoutFiltered);
+  err_->retarget(options.stderrConsole, options.prefix, options.stderrFile, options.stderrFiltered);
 }
 
 std::vector<std::string> WorkerOutput::stderrTail() const { return err_->tail(); }

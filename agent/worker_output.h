@@ -51,8 +51,10 @@ class WorkerOutput {
   void close();
 
   std::vector<std::string> stderrTail() const;
-  // The prefix of the lines from now on (a warm spare that became a rank takes the rank's).
-  void setPrefix(const std::string& prefix);
+  // A warm spare became a rank: its lines go where the rank's go from now on (`options`' prefix,
+  // consoles, files and filters; not its tail length). Throws SystemError when a file cannot be
+  // opened; the lines then go on as before.
+  void becomeRank(const WorkerOutputOptions& options);
 
  private:
   class Stream;

@@ -21,7 +21,8 @@ that a replacement does not fail again):
     RECOVERABLE_RAISE_AT=RANK:STEP         that rank raises RuntimeError there instead
     RECOVERABLE_HANG_AT=RANK:STEP          that rank stops there (sleeps, beating no more)
     RECOVERABLE_PIDS=PATH                  each process appends "rank pid restart_count" at start
-                                           (rank -1: a warm spare, which has no rank yet)
+                                           (rank -1: a warm spare, which has no rank yet; it appends
+                                           its rank's line once it becomes one)
     RECOVERABLE_TIMES=PATH                 each rank appends "rank step time.time()" per step done, and
                                            a dying rank "kill rank step time.time()" (bench/recovery_bench.py)
 """
@@ -100,10 +101,14 @@ def digest(model):
 def main(argv=None):
     args = parse_args(argv)
     pids = os.environ.get("RECOVERABLE_PIDS")
-    if pids:
-        with open(pids, "a") as f:
-            f.write("%s %d %s\n" % (os.environ.get("RANK", "-1"), os.getpid(),
-                                    os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+
+    def log_start(rank, restart):
+        if pids:
+            with open(pids, "a") as f:
+                f.write("%s %d %s\n" % (rank, os.getpid(), restart))
+
+    spare = [os.environ.get("DDPRUN_SPARE") == "1"]  # logged again once it is a rank
+    log_start(os.environ.get("RANK", "-1"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (the sync broadcasts rank 0's anyway)
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -115,6 +120,9 @@ def main(argv=None):
     times = open(times_path, "a") if times_path else None
 
     def train(ctx):
+        if spare[0]:
+            spare[0] = False
+            log_start(ctx.rank, ctx.restart_count)
         # Read at each round's start: a recovery sets the new TORCHELASTIC_RESTART_COUNT.
         die, fail, hang = hooks("RECOVERABLE_DIE_AT"), hooks("RECOVERABLE_RAISE_AT"), hooks("RECOVERABLE_HANG_AT")
         ddp = DDP(model)  # per round: it holds the round's process group

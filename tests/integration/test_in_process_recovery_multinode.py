@@ -8,7 +8,9 @@ ranks.
 - a warm spare of the second node taking the killed rank's place;
 - a lost node (its agent SIGKILLed, its workers gone with it) with a standby node: the survivor's
   workers stay, the standby's start fresh in the lost node's place and take their state from the
-  live ones.
+  live ones;
+- the same with --spares_per_node: the standby's processes were started while it waited (torch
+  imported), and they become the lost node's ranks.
 
 Each case asserts the survivors' process ids did not change (the script logs "rank pid restart"
 per process start), the agents' exit status, and the final digest against the same job without a
@@ -106,49 +108,80 @@ class MultiNodeInProcessRecoveryTest(ml.MultiNodeTestCase):
         self.assertEqual(self.digest(results[0].stdout), want, self.describe_all(jobs))
         self.assertIn("taken over by the spare", results[1].stderr)
         self.assertIn("live rank(s) here told round", results[0].stderr)
-        ranks = {}
+        ranks, spares = {}, []
         for rank, pid, _ in self.starts():
-            if rank >= 0:  # a spare logs rank -1 when it starts
+            if rank >= 0:
                 ranks.setdefault(rank, []).append(pid)
-        # Every rank started once: rank 2's place was taken by node 1's spare, not a new process.
+            else:  # a spare logs rank -1 when it starts, and its rank once it becomes one
+                spares.append(pid)
+        # Every rank started once: rank 2's place was taken by one of the spares, not a new process.
         self.assertEqual(sorted(ranks), [0, 1, 2, 3], self.starts())
-        self.assertTrue(all(len(p) == 1 for p in ranks.values()), self.starts())
+        self.assertEqual([len(ranks[r]) for r in range(4)], [1, 1, 2, 1], self.starts())
+        self.assertIn(ranks[2][1], spares, self.starts())
         self.assert_no_leftovers(jobs)
 
-    def test_a_lost_node_is_replaced_by_a_standby_node(self):
-        want = self.expected_digest()
+    def lose_a_node_with_a_standby(self, extra=(), standby_ready=None, step_ms=40):
+        """a and b run the job, c stands by; b's agent is SIGKILLed (its workers die with it) once c
+        is ready (`standby_ready(c, starts logged before c started)`, else once it joined). Returns (a, c, their results, the
+        starts logged before the loss)."""
         port = ml.free_port()
         conf = "heartbeat_timeout=5,last_call_timeout=1"
         args = self.elastic_args("2:2", port, nproc=NPROC, conf=conf,
-                                 extra=["--recovery=in_process", "--max_restarts=2", "--log_level=info"]) + \
-            self.script_args(step_ms=40)
+                                 extra=["--recovery=in_process", "--max_restarts=2", "--log_level=info"] +
+                                 list(extra)) + self.script_args(step_ms=step_ms)
         a = self.agent("a", args, env=self.env())
         self.assertTrue(ml.wait_listening(port, proc=a.proc), a.result(a.poll()).describe())
         b = self.agent("b", args, env=self.env())
         jobs = [a, b]
         deadline = time.monotonic() + TIMEOUT
-        while "step 10\n" not in a.stdout() and time.monotonic() < deadline:  # rank 0 is a's (it joined first)
+        while "step 2\n" not in a.stdout() and time.monotonic() < deadline:  # rank 0 is a's (it joined first)
             self.assertIsNone(a.poll(), self.describe_all(jobs))
             time.sleep(0.1)
+        ready = standby_ready or (lambda c, known: a.stderr().count("joined") >= 3)
+        known = self.starts()  # before c started
         c = self.agent("c", args, env=self.env())  # the round is full: c stands by
         jobs.append(c)
-        while a.stderr().count("joined") < 3 and time.monotonic() < deadline:
+        while not ready(c, known) and time.monotonic() < deadline:
             self.assertIsNone(c.poll(), self.describe_all(jobs))
+            self.assertIsNone(a.poll(), "the job ended before the standby was ready\n" + self.describe_all(jobs))
             time.sleep(0.1)
-        before = {rank: pid for rank, pid, _ in self.starts()}
+        before = self.starts()
         b.kill(signal.SIGKILL)  # the agent only, as a crash: its workers die with it (their lifeline)
         res_a, res_c = self.wait_all([a, c], TIMEOUT)
         self.assertEqual(res_a.returncode, 0, self.describe_all(jobs))
         self.assertEqual(res_c.returncode, 0, self.describe_all(jobs))
-        self.assertEqual(self.digest(res_a.stdout), want, self.describe_all(jobs))
         starts = self.starts()
+        first = {rank: pid for rank, pid, _ in before if rank >= 0}
         for rank in (0, 1):  # a's ranks: the same processes from start to end
-            self.assertEqual([pid for r, pid, _ in starts if r == rank], [before[rank]], starts)
+            self.assertEqual([pid for r, pid, _ in starts if r == rank], [first[rank]], starts)
         for rank in (2, 3):  # b's ranks: started again, on c
             self.assertEqual(len([pid for r, pid, _ in starts if r == rank]), 2, starts)
         self.assertIn("live rank(s) here told round", res_a.stderr)
         self.assert_no_leftovers(jobs)
+        return res_a, res_c, before, starts
 
+    def test_a_lost_node_is_replaced_by_a_standby_node(self):
+        want = self.expected_digest()
+        res_a, _, _, _ = self.lose_a_node_with_a_standby()
+        self.assertEqual(self.digest(res_a.stdout), want)
+
+    def test_a_standby_node_with_spares_fills_a_lost_node_with_warm_processes(self):
+        want = self.expected_digest()
+
+        def standby_ready(c, known):
+            # c started its ranks' processes and a spare while it waited, and all three reached the
+            # script (each logged rank -1).
+            return ("started 3 warm process(es) while waiting for a round" in c.stderr() and
+                    len(self.starts()) >= len(known) + 3)
+
+        # Steps of 400 ms: the job must outlast the standby's wait (2 s) and its imports.
+        res_a, res_c, before, starts = self.lose_a_node_with_a_standby(["--spares_per_node=1"], standby_ready,
+                                                                       step_ms=400)
+        self.assertEqual(self.digest(res_a.stdout), want)
+        warm = {pid for rank, pid, _ in before if rank == -1}
+        for rank in (2, 3):  # the lost ranks' new processes were started before the loss
+            self.assertIn([pid for r, pid, _ in starts if r == rank][1], warm, starts)
+        self.assertIn("a warm spare starts as rank 2", res_c.stdout + res_c.stderr)
 
 if __name__ == "__main__":
     main()

@@ -49,6 +49,8 @@ struct AgentSetup {
   std::vector<std::shared_ptr<ddprun::AgentObserver>> observers = {};
   AgentOptions::Recovery recovery = AgentOptions::Recovery::kRestart;
   int sparesPerNode = 0;
+  std::chrono::milliseconds warmStartAfter = 50ms;
+  bool holdRound = false;  // the rendezvous forms no round: the test tells the agent one (a standby node)
 };
 
 // The harness's rendezvous: a LocalRendezvous that can claim a round was fenced, as the gRPC
@@ -58,7 +60,7 @@ class FenceableRendezvous final : public ddprun::Rendezvous {
   explicit FenceableRendezvous(ddprun::Rendezvous& inner) : inner_(inner) {}
   void join(ddprun::RendezvousListener* l) override {
     listener = l;
-    inner_.join(l);
+    if (!holdRound) inner_.join(l);
   }
   void reportWorkerFailure(uint64_t round, const ddprun::WorkerFailure& failure) override {
     inner_.reportWorkerFailure(round, failure);
@@ -74,6 +76,7 @@ class FenceableRendezvous final : public ddprun::Rendezvous {
   }
   bool fenced(uint64_t round) const override { return round <= fencedThrough; }
   uint64_t fencedThrough = 0;
+  bool holdRound = false;
   // The agent, as the rendezvous tells it: a test plays another node's rendezvous events with it.
   ddprun::RendezvousListener* listener = nullptr;
   std::vector<uint64_t> stoppedReports;
@@ -138,7 +141,9 @@ struct AgentHarness {
     o.heartbeats = heartbeats;
     o.recovery = setup.recovery;
     o.sparesPerNode = setup.sparesPerNode;
+    o.warmStartAfter = setup.warmStartAfter;
     o.clock = [this] { return now; };
+    fenceable.holdRound = setup.holdRound;
     agent = std::make_unique<ElasticAgent>(io, fenceable, supervisor, std::move(o));
   }
 

@@ -13,9 +13,10 @@ namespace ddprun::test {
 class FakeHeartbeatSource final : public HeartbeatSource {
  public:
   void setOnBeat(OnBeat onBeat) override { onBeat_ = std::move(onBeat); }
-  void newAttempt() override {
+  void newAttempt(const std::vector<int>& keep) override {
     ++attempts;
     opened.clear();
+    kept = keep;
   }
   WorkerChannelEnd openChannel(int localRank) override {
     opened.push_back(localRank);
@@ -42,6 +43,7 @@ class FakeHeartbeatSource final : public HeartbeatSource {
   int attempts = 0;
   int spawnedCalls = 0;
   int drains = 0;
+  std::vector<int> kept;    // the channels the last newAttempt kept open (warm spares')
   std::vector<int> opened;  // local ranks whose channel the current attempt opened
   std::vector<int> reopened;  // local ranks given a new channel by an in-process recovery
   std::vector<std::pair<int, std::string>> sent;  // notices to live workers, by local rank

@@ -42,6 +42,21 @@ bool signalled(const AgentHarness& h, pid_t pid) {
   return false;
 }
 
+// Across nodes: the rendezvous interrupts the round for another node's failure (or a lost node),
+// then forms the next one, which may place this node's ranks elsewhere.
+RoundInfo nextRoundAcrossNodes() {
+  RoundInfo r;
+  r.round = 2;
+  r.groupRank = 1;
+  r.groupWorldSize = 2;
+  r.rankOffset = 3;
+  r.worldSize = 6;
+  r.restartCount = 1;
+  r.masterAddr = "127.0.0.1";
+  r.masterPort = 29500;
+  return r;
+}
+
 TEST_CASE("in-process recovery: only the failed rank starts again, the others are told the next round", "[agent][recovery]") {
   AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 2, .recovery = kInProcess});
   h.start();
@@ -173,6 +188,53 @@ TEST_CASE("in-process recovery: a warm spare takes the failed rank's place, and 
   CHECK(h.statuses == std::vector<int>{0});
 }
 
+TEST_CASE("in-process recovery: a standby node's processes wait warm until a round places its ranks", "[agent][recovery]") {
+  LogLines log;
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 2, .recovery = kInProcess, .sparesPerNode = 1, .holdRound = true});
+  h.start();
+  CHECK(h.supervisor.spawned().empty());  // not at once: a round that forms quickly starts cold ranks
+  // Once it has waited a while (--spares_per_node's warm start): its two ranks' processes and a
+  // spare, none of them a rank yet (none of a rank's variables, DDPRUN_SPARE=1).
+  REQUIRE(h.runUntil([&] { return h.supervisor.spawned().size() == 3; }));
+  for (const auto& spawned : h.supervisor.spawned()) {
+    CHECK_FALSE(spawned.request.env.get("RANK").has_value());
+    CHECK_FALSE(spawned.request.env.get("MASTER_PORT").has_value());
+    CHECK(spawned.request.env.get("DDPRUN_SPARE") == std::optional<std::string>("1"));
+  }
+  CHECK(log.text().find("started 3 warm process(es) while waiting for a round") != std::string::npos);
+  CHECK(h.heartbeats->sent.empty());  // no round yet: nothing to tell
+  // A lost node's ranks 3-5 of 6 are this node's: the round takes the waiting processes.
+  RoundInfo round = nextRoundAcrossNodes();
+  h.fenceable.listener->onRoundReady(round);
+  h.pump();
+  CHECK(h.supervisor.spawned().size() == 3);  // nobody started cold, and the spare is still there
+  CHECK(h.heartbeats->kept.size() == 3);      // the waiting processes' channels outlived the new attempt
+  REQUIRE(h.heartbeats->sent.size() == 2);
+  for (int lr = 0; lr < 2; ++lr) {
+    CHECK(h.heartbeats->sent[lr].first == lr);
+    CHECK(h.heartbeats->sent[lr].second.rfind("recover round=2 restart=1 rank=" + std::to_string(3 + lr) +
+                                                  " world=6 local_rank=" + std::to_string(lr) + " ",
+                                              0) == 0);
+    CHECK(h.heartbeats->sent[lr].second.find(" env.GROUP_RANK=1 ") != std::string::npos);
+  }
+  CHECK(h.agent != nullptr);
+  // Stopped before its workers end: the ranks get SIGTERM, the spare SIGKILL.
+  h.agent->handleSignal(SIGTERM);
+  h.pump();
+  CHECK(signalled(h, 1000));
+  CHECK(signalled(h, 1002));
+}
+
+TEST_CASE("in-process recovery: a node stopped while its processes wait for a round ends them all", "[agent][recovery]") {
+  AgentHarness h(AgentSetup{.nproc = 2, .maxRestarts = 2, .recovery = kInProcess, .sparesPerNode = 1, .holdRound = true});
+  h.start();
+  REQUIRE(h.runUntil([&] { return h.supervisor.spawned().size() == 3; }));
+  h.agent->handleSignal(SIGTERM);
+  h.pump();
+  for (pid_t pid : {1000, 1001, 1002}) CHECK(signalled(h, pid));
+  CHECK(h.statuses == std::vector<int>{128 + SIGTERM});
+}
+
 TEST_CASE("in-process recovery: a failure before the last recovery completed falls back to a restart of every rank", "[agent][recovery]") {
   LogLines log;
   AgentHarness h(AgentSetup{.nproc = 3, .maxRestarts = 3, .recovery = kInProcess});
@@ -194,21 +256,6 @@ TEST_CASE("in-process recovery: a failure before the last recovery completed fal
   for (pid_t pid : {1000, 1002}) h.supervisor.exitProcess(pid, 143);
   h.pump();
   CHECK(h.supervisor.spawned().size() == 7);  // three fresh ranks
-}
-
-// Across nodes: the rendezvous interrupts the round for another node's failure (or a lost node),
-// then forms the next one, which may place this node's ranks elsewhere.
-RoundInfo nextRoundAcrossNodes() {
-  RoundInfo r;
-  r.round = 2;
-  r.groupRank = 1;
-  r.groupWorldSize = 2;
-  r.rankOffset = 3;
-  r.worldSize = 6;
-  r.restartCount = 1;
-  r.masterAddr = "127.0.0.1";
-  r.masterPort = 29500;
-  return r;
 }
 
 TEST_CASE("in-process recovery: another node's failure, every local rank live: they keep running and are told their new place", "[agent][recovery]") {

@@ -36,7 +36,7 @@ void sendNamed(const std::string& name, const std::string& text) {
 struct Source {
   Source() {
     source.setOnBeat([this](const HeartbeatMessage& m) { beats.push_back(m); });
-    source.newAttempt();
+    source.newAttempt({});
   }
   boost::asio::io_context io;
   SocketHeartbeatSource source{io};
@@ -90,7 +90,7 @@ TEST_CASE("socket heartbeat source: a new attempt drops what the old one queued,
   source.workersSpawned();
   CHECK(::send(worker, "0 1\n", 4, 0) == 4);
   sendNamed(source.socketName(), "1 1\n");
-  source.newAttempt();  // before the loop read either
+  source.newAttempt({});  // before the loop read either
   pump(io);
   CHECK(beats.empty());
   CHECK(::send(worker, "0 2\n", 4, MSG_NOSIGNAL) == -1);  // the old attempt's channel is closed
@@ -101,4 +101,29 @@ TEST_CASE("socket heartbeat source: a new attempt drops what the old one queued,
   REQUIRE(beats.size() == 1);
   CHECK(beats[0].step == 3);
   ::close(worker);
+}
+
+TEST_CASE("socket heartbeat source: a new attempt keeps the channels it is told to keep (warm spares')",
+          "[heartbeat][recovery]") {
+  Source s;
+  auto& [io, source, beats] = s;
+  const int spareKey = 1 << 20;
+  const auto spare = source.openChannel(spareKey);
+  const auto rank = source.openChannel(0);
+  const int spareEnd = ::fcntl(spare.fd, F_DUPFD_CLOEXEC, 3);
+  const int rankEnd = ::fcntl(rank.fd, F_DUPFD_CLOEXEC, 3);
+  source.workersSpawned();
+  source.newAttempt({spareKey});
+  CHECK(::send(rankEnd, "0 2\n", 4, MSG_NOSIGNAL) == -1);  // the old attempt's rank: closed
+  // The spare waits on: its channel still carries beats in, and the agent's notices out.
+  CHECK(::send(spareEnd, "7 0\n", 4, MSG_NOSIGNAL) == 4);
+  pump(io);
+  REQUIRE(beats.size() == 1);
+  CHECK(beats[0].rank == 7);
+  source.moveChannel(spareKey, 1);  // it became local rank 1
+  CHECK(source.sendToWorker(1, "recover round=2"));
+  char buf[64] = {};
+  CHECK(::recv(spareEnd, buf, sizeof(buf), MSG_DONTWAIT) == 15);
+  ::close(spareEnd);
+  ::close(rankEnd);
 }

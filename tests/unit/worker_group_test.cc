@@ -299,3 +299,46 @@ TEST_CASE("stderr tail keeps only the last 400 lines, each cut to 2 KB", "[agent
   CHECK(tail.front() == "line 31");
   CHECK(tail.back() == std::string(2048, 'x'));
 }
+
+TEST_CASE("warm spares started while waiting become the workers of the round, their output the ranks'", "[agent][recovery]") {
+  // Before the fix, a spare that became a rank only took the rank's prefix: the rank's --log_dir
+  // file stayed empty.
+  ddprun::test::TempDir dir;
+  ddprun::test::OutputCapture out(1);
+  GroupHarness h(2, 4, /*keepOutputFds=*/true);
+  WorkerGroup waiting(h.io, h.supervisor, {}, WorkerGroupEvents{});
+  h.supervisor.setExitHandler([&](const ProcessExit& exit) { h.group->handleExit(exit) || waiting.handleExit(exit); });
+  for (int i = 0; i < 3; ++i) {
+    WorkerSpec spare = makeSpecs(1, 0, h.consoles)[0];
+    spare.rank = -1;
+    spare.localRank = 100 + i;
+    spare.request.args = {"--spare"};
+    spare.output.prefix = "[spare]:";
+    REQUIRE(waiting.addSpare(std::move(spare)) == 1000 + i);
+  }
+  // A new group whose rank 5 writes its stdout to a file, as --log_dir makes it.
+  WorkerGroupEvents events;
+  events.onFirstFailure = [&](const WorkerExit& exit) { h.failures.push_back(exit); };
+  auto specs = makeSpecs(2, 4, h.consoles);
+  specs[1].output.stdoutFile = dir.file("rank5.stdout");
+  WorkerGroup group(h.io, h.supervisor, std::move(specs), std::move(events));
+  h.supervisor.setExitHandler([&](const ProcessExit& exit) { group.handleExit(exit) || waiting.handleExit(exit); });
+  CHECK(group.startWithSpares(waiting) == std::vector<pid_t>{1000, 1001});
+  CHECK(h.supervisor.spawned().size() == 3);  // no new process
+  CHECK(waiting.spares() == 0);
+  CHECK(group.spares() == 1);  // the third stays a spare, now the group's
+  CHECK(group.pid(1) == 1001);
+  CHECK(group.spec(1).rank == 5);
+  CHECK(group.spec(1).request.args == std::vector<std::string>{"--spare"});  // what it was started with
+  REQUIRE(h.supervisor.writeStdout(1001, "as rank 5\n"));
+  h.supervisor.exitProcess(1001, 1);
+  REQUIRE(h.failures.size() == 1);
+  CHECK(h.failures[0].rank == 5);
+  CHECK(h.failures[0].pid == 1001);
+  h.consoles.flush();
+  const std::string console = out.text();
+  out.restore();
+  CHECK_THAT(console, Catch::Contains("[test1]:as rank 5\n"));
+  CHECK(ddprun::test::readFile(dir.file("rank5.stdout")) == "as rank 5\n");
+  group.killNow();
+}
