@@ -2,7 +2,7 @@
 """Time lost to a lost node: ddprun's in-process recovery against restarts (ddprun's and
 torchrun's) across 2 nodes with a standby (issue #36's lost-node bench; bench/RESULTS_RECOVERY.md).
 
-  python3 bench/recovery_lost_node_bench.py [--python PY]... [--runs 3] [--steps 200] [--kill_at 105]
+  python3 bench/recovery_lost_node_bench.py [--python PY]... [--runs 3] [--steps 300] [--kill_at 105]
                                             [--step_ms 50] [--nproc_per_node 2] [--smoke]
 
 Three agents on loopback, one process group each ("nodes"): a and b form the job's 2-node round
@@ -11,6 +11,9 @@ by (--standby_s to join: torchrun's agent imports torch first). Once the job log
 (well before the last: a node lost as the ranks finish is another case), node b is lost: its agent
 and every process below it stopped and SIGKILLed at once, as a machine that dies. The contenders,
 interleaved (the order rotates from run to run):
+  - ddprun in_process + spare: the same with --spares_per_node=1: c, waiting, starts its ranks'
+    processes ahead (torch imported); they take b's place. The node is lost only once they have
+    reached the script (each logged rank -1), after --kill_at, as a standby that waited long;
   - ddprun in_process: --recovery=in_process, examples/torch/recoverable_ddp.py: a's workers keep
     their processes, c's start cold in b's place and take their state from a's;
   - ddprun restart:    --max_restarts=1, examples/torch/checkpoint_ddp.py (every rank restarts and
@@ -21,8 +24,9 @@ Lost time and steps lost as in recovery_bench.py (the same functions): from the 
 the first step done after it by every rank. The world keeps its size (c takes b's place), so the
 final parameters of every job that ended must be the same (the digest).
 
---smoke: 1 run, 150 steps, node lost at step 80, torch 1.13 only, torchrun left out; exit 1 unless
-both ddprun jobs exited 0 with finite numbers and the same digest.
+--smoke: 1 run, 250 steps, node lost at step 80 (later with the spare: once c's processes are
+warm), torch 1.13 only, torchrun left out; exit 1 unless the ddprun jobs exited 0 with finite
+numbers and the same digest, and the spare's job started c's ranks warm.
 """
 import argparse
 import json
@@ -40,16 +44,17 @@ import time
 import benchlib
 import recovery_bench as rb
 
-CONTENDERS = ("ddprun in_process", "ddprun restart", "torchrun restart")
+CONTENDERS = ("ddprun in_process + spare", "ddprun in_process", "ddprun restart", "torchrun restart")
 
 
 def agent_argv(args, python, version, contender, port, run_id, ckpt):
     script = ["--steps", str(args.steps), "--step_ms", str(args.step_ms)]
     nproc = "--nproc_per_node=%d" % args.nproc_per_node
-    if contender == "ddprun in_process":
+    if contender.startswith("ddprun in_process"):
+        spares = ["--spares_per_node=1"] if contender.endswith("spare") else []
         return [args.ddprun, "--nnodes=2:2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % port,
                 "--rdzv_id=" + run_id, "--rdzv_conf=last_call_timeout=1", nproc, "--recovery=in_process",
-                "--max_restarts=1", rb.RECOVERABLE] + script + ["--notice_timeout_s", "120"]
+                "--max_restarts=1"] + spares + [rb.RECOVERABLE] + script + ["--notice_timeout_s", "120"]
     script += ["--checkpoint", ckpt, "--checkpoint_every", str(args.checkpoint_every)]
     if contender == "ddprun restart":
         return [args.ddprun, "--nnodes=2:2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % port,
@@ -87,6 +92,15 @@ def lose_node(pid):
             pass
 
 
+def waiting_processes(path):
+    """How many processes logged rank -1 (a warm process, no rank yet) in RECOVERABLE_PIDS."""
+    try:
+        with open(path) as f:
+            return sum(1 for line in f if line.split()[:1] == ["-1"])
+    except OSError:
+        return 0
+
+
 def steps_so_far(path):
     steps, _ = rb.read_times(path)
     return max((s for _, s, _ in steps), default=0)
@@ -99,7 +113,8 @@ def run_job(args, python, version, contender, tmp):
     for name in ("RECOVERABLE_DIE_AT", "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT"):
         env.pop(name, None)
-    env.update(PYTHON_EXEC=python, RECOVERABLE_TIMES=times, RECOVERABLE_PIDS=os.path.join(d, "pids.txt"),
+    pids = os.path.join(d, "pids.txt")
+    env.update(PYTHON_EXEC=python, RECOVERABLE_TIMES=times, RECOVERABLE_PIDS=pids,
                PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(benchlib.ROOT, "python"),
                                                         env.get("PYTHONPATH")])))
@@ -127,8 +142,13 @@ def run_job(args, python, version, contender, tmp):
         start("b")
         while steps_so_far(times) < 1 and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.05)
+        waiting = waiting_processes(pids)  # a's and b's spares, if any
         start("c")  # the round is full: c stands by
         time.sleep(args.standby_s)
+        if contender.endswith("spare"):  # c's ranks' processes and its spare, warm
+            while waiting_processes(pids) < waiting + args.nproc_per_node + 1 and time.monotonic() < deadline \
+                    and nodes["a"].poll() is None:
+                time.sleep(0.05)
         while steps_so_far(times) < args.kill_at and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.01)
         kill_step = steps_so_far(times)
@@ -164,7 +184,8 @@ def run_job(args, python, version, contender, tmp):
     res = {"contender": contender, "rc": rc, "rcs": rcs, "wall_s": round(wall, 3),
            "lost_s": None if lost_s is None else round(lost_s, 4), "steps_lost": lost_steps, "resumed_from": resumed,
            "kill_step": kill[1] if kill else None, "digest": digests[-1] if digests else None,
-           "in_process": "live rank(s) here told round" in text.get("a.err", "")}
+           "in_process": "live rank(s) here told round" in text.get("a.err", ""),
+           "warm": "a warm spare starts as rank" in text.get("c.err", "")}
     if rc != 0:
         res["stderr_tail"] = (text.get("a.err", "")[-1200:], text.get("c.err", "")[-1200:])
     return res
@@ -177,8 +198,10 @@ def report(version, args, results, contenders):
             problems.append("%s exited %s" % (r["contender"], r["rcs"]))
         elif not rb.finite_positive(r["lost_s"]) or not rb.finite_positive(r["steps_lost"], allow_zero=True):
             problems.append("%s: no lost time measured" % r["contender"])
-        if r["contender"] == "ddprun in_process" and r["rc"] == 0 and not r["in_process"]:
-            problems.append("ddprun in_process: the survivor's agent did not carry its workers")
+        if r["contender"].startswith("ddprun in_process") and r["rc"] == 0 and not r["in_process"]:
+            problems.append("%s: the survivor's agent did not carry its workers" % r["contender"])
+        if r["contender"].endswith("spare") and r["rc"] == 0 and not r["warm"]:
+            problems.append("%s: the standby's ranks did not start warm" % r["contender"])
     digests = {r["digest"] for r in results if r["rc"] == 0}
     if len(digests) > 1 or None in digests:
         problems.append("final parameters differ between jobs: %s" % sorted(map(str, digests)))
@@ -209,7 +232,7 @@ def main():
     ap.add_argument("--ddprun", default=os.path.join(os.environ.get("DDPRUN_BIN") or
                                                      os.path.join(benchlib.ROOT, "build", "bin"), "ddprun"))
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=300, help="long enough for the standby's spares to import torch")
     ap.add_argument("--kill_at", type=int, default=105, help="node b is lost once the job logged this step")
     ap.add_argument("--step_ms", type=float, default=50.0)
     ap.add_argument("--nproc_per_node", type=int, default=2)
@@ -217,14 +240,14 @@ def main():
     ap.add_argument("--standby_s", type=float, default=3.0, help="time for c to join as the standby")
     ap.add_argument("--job_timeout", type=float, default=300.0)
     ap.add_argument("--no_torchrun", action="store_true")
-    ap.add_argument("--smoke", action="store_true", help="1 run, 150 steps, lost at 80, torch 1.13, no torchrun")
+    ap.add_argument("--smoke", action="store_true", help="1 run, 250 steps, lost at 80, torch 1.13, no torchrun")
     args = ap.parse_args()
     contenders = CONTENDERS
     if args.smoke:
-        args.runs, args.steps, args.kill_at, args.python, args.no_torchrun = 1, 150, 80, ["/usr/bin/python3"], True
+        args.runs, args.steps, args.kill_at, args.python, args.no_torchrun = 1, 250, 80, ["/usr/bin/python3"], True
         args.standby_s = 1.0
     if args.no_torchrun:
-        contenders = CONTENDERS[:2]
+        contenders = CONTENDERS[:3]
     if not os.access(args.ddprun, os.X_OK):
         benchlib.skip("%s is not built" % args.ddprun)
     versions = [(py, v) for py in (args.python or rb.default_pythons()) for v in [rb.torch_version(py)] if v]
