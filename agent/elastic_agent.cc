@@ -24,6 +24,7 @@
 #include "agent/straggler_detector.h"
 #include "agent/straggler_reports.h"
 #include "agent/torch_store.h"
+#include "agent/warm_spares.h"
 #include "agent/worker_group.h"
 #include "agent/worker_specs.h"
 #include "common/error.h"
@@ -37,8 +38,10 @@ class ElasticAgent::Impl {
       : io_(io), rendezvous_(rendezvous), supervisor_(supervisor), options_(std::move(options)),
         specs_(options_), attempt_(RoundInfo{}, options_.finishTimeout),
         hang_(options_.hangTimeoutAuto ? HangDetector(HangCalibrationRules{}) : HangDetector(options_.hangTimeout)),
-        hangTimer_(io), progress_(options_.stopWithoutProgress), healthTimer_(io), finishTimer_(io), dumpTimer_(io), warmTimer_(io),
-        recovery_(options_.recovery == AgentOptions::Recovery::kInProcess) {
+        hangTimer_(io), progress_(options_.stopWithoutProgress), healthTimer_(io), finishTimer_(io), dumpTimer_(io),
+        recovery_(options_.recovery == AgentOptions::Recovery::kInProcess),
+        spares_(io, supervisor, specs_, options_.heartbeats.get(), options_.nprocPerNode,
+                recovery_.enabled() ? options_.sparesPerNode : 0, options_.warmStartAfter) {
     if (!options_.stdoutConsole) options_.stdoutConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{1});
     if (!options_.stderrConsole) options_.stderrConsole = std::make_shared<ConsoleWriter>(ConsoleWriterOptions{2});
     if (!options_.canDumpStack) options_.canDumpStack = isPythonProcess;
@@ -52,11 +55,12 @@ class ElasticAgent::Impl {
     scheduleHealthReport();
     supervisor_.setExitHandler([this](const ProcessExit& exit) {
       if (group_ && group_->handleExit(exit)) return;
-      if (waiting_ && waiting_->handleExit(exit)) return;
+      if (spares_.handleExit(exit)) return;
       spdlog::debug("exit of pid {} belongs to no running worker", exit.pid);
     });
     emit(agentEvent(AgentEvent::Kind::kJoining, 0));
-    scheduleWaitingSpares();
+    // A node that waits long for its first round (a standby) readies its ranks' processes meanwhile.
+    spares_.waitForFirstRound([this] { return !finished_ && !stopSignal_ && !group_ && !pendingRound_; });
     rendezvous_.join(self);
   }
 
@@ -193,16 +197,15 @@ class ElasticAgent::Impl {
     judgeAttempt(round.restartCount > attempt_.round.restartCount);  // the attempt that ended, if not yet
     finishTimer_.cancel();
     dumpTimer_.cancel();
-    warmTimer_.cancel();
     attempt_ = Attempt(round, options_.finishTimeout);
     stragglers_.newAttempt();
     std::function<WorkerChannelEnd(int)> channel;
     if (options_.heartbeats) {
-      options_.heartbeats->newAttempt(waitingSpareKeys());
+      options_.heartbeats->newAttempt(spares_.waitingKeys());
       channel = [this](int localRank) { return options_.heartbeats->openChannel(localRank); };
     }
     std::vector<WorkerSpec> specs = specs_.make(round, channel);
-    std::vector<std::vector<std::pair<std::string, std::string>>> contracts;  // for spares that become ranks
+    std::vector<WarmSpares::Contract> contracts;  // for spares that become ranks
     for (const auto& spec : specs) contracts.push_back(WorkerSpecs::spareContract(spec));
     recovery_.reset();  // new processes: none has opted in yet
     recovery_.pending.reset();
@@ -221,18 +224,7 @@ class ElasticAgent::Impl {
     group_ = std::make_unique<WorkerGroup>(io_, supervisor_, std::move(specs), std::move(events));
     hang_.arm();
     emit(roundFormedEvent(round));
-    std::vector<pid_t> taken;
-    if (waiting_) {
-      taken = group_->startWithSpares(*waiting_);
-      waiting_.reset();
-    } else {
-      group_->start();
-    }
-    if (options_.heartbeats) options_.heartbeats->workersSpawned();
-    for (std::size_t lr = 0; lr < taken.size(); ++lr) {
-      if (taken[lr] > 0) tellSpareItsRank(round, static_cast<int>(lr), taken[lr], contracts[lr], "a warm spare starts as rank " + std::to_string(round.rankOffset + static_cast<int>(lr)));
-    }
-    for (auto have = static_cast<int>(group_->spares()); have < options_.sparesPerNode; ++have) startSpare(round);
+    spares_.startGroup(*group_, round, contracts);
     if (options_.torchStore) options_.torchStore->admit(group_->pids());
     for (int localRank = 0; localRank < options_.nprocPerNode; ++localRank) {
       WorkerExit w;
@@ -287,7 +279,7 @@ class ElasticAgent::Impl {
     if (warm) {
       // The oldest spare becomes the rank (told below); a new spare starts behind it.
       sparePid = group_->promoteSpare(failed.localRank, std::move(spec));
-      startSpare(round);
+      spares_.add(*group_, round);
     } else {
       group_->replace(failed.localRank, std::move(spec));
       if (options_.heartbeats) options_.heartbeats->workerSpawned(failed.localRank);
@@ -309,7 +301,7 @@ class ElasticAgent::Impl {
       if (!options_.heartbeats) continue;
       if (lr == failed.localRank) {
         if (sparePid > 0) {
-          tellSpareItsRank(round, lr, sparePid, contract, "a spare takes the place of rank " + std::to_string(failed.rank));
+          spares_.tell(round, lr, sparePid, contract, "a spare takes the place of rank " + std::to_string(failed.rank));
         }
         continue;
       }
@@ -356,69 +348,6 @@ class ElasticAgent::Impl {
                  round.round, round.rankOffset, round.rankOffset + options_.nprocPerNode - 1, round.worldSize,
                  round.restartCount, options_.maxRestarts);
   }
-
-  // --spares_per_node under --recovery=in_process: once this node has waited long for its first
-  // round (a standby node, until a lost node's ranks are its to fill), the processes of its ranks
-  // and its spares run the script up to ddprun.recovery's entry, so that the round starts them warm.
-  void scheduleWaitingSpares() {
-    if (!recovery_.enabled() || options_.sparesPerNode <= 0) return;
-    warmTimer_.expires_after(options_.warmStartAfter);
-    warmTimer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec && !finished_ && !stopSignal_ && !group_ && !pendingRound_) startWaitingSpares();
-    });
-  }
-
-  void startWaitingSpares() {
-    waiting_ = std::make_unique<WorkerGroup>(io_, supervisor_, std::vector<WorkerSpec>{}, WorkerGroupEvents{});
-    for (int i = 0; i < options_.nprocPerNode + options_.sparesPerNode; ++i) addSpare(*waiting_, RoundInfo{});
-    spdlog::info("started {} warm process(es) while waiting for a round", waiting_->spares());
-  }
-
-  std::vector<int> waitingSpareKeys() const {
-    std::vector<int> keys;
-    if (!waiting_) return keys;
-    for (pid_t pid : waiting_->pids()) {
-      if (auto it = spareKeys_.find(pid); it != spareKeys_.end()) keys.push_back(it->second);
-    }
-    return keys;
-  }
-
-  // The spare `pid` became local rank `localRank`: its channel is the rank's from now on, and it
-  // is told who it is (`contract`: the rank's variables that the notice's keys do not carry).
-  bool tellSpareItsRank(const RoundInfo& round, int localRank, pid_t pid,
-                        const std::vector<std::pair<std::string, std::string>>& contract, const std::string& reason) {
-    auto key = spareKeys_.find(pid);
-    if (key == spareKeys_.end() || !options_.heartbeats) return false;
-    options_.heartbeats->moveChannel(key->second, localRank);
-    spareKeys_.erase(key);
-    if (options_.heartbeats->sendToWorker(localRank, InProcessRecovery::notice(round, localRank, reason, contract))) {
-      return true;
-    }
-    spdlog::warn("could not tell the spare (pid {}) that it is rank {}", pid, round.rankOffset + localRank);
-    return false;
-  }
-
-  // A warm spare of the group, on a channel of its own (key: kSpareKeyBase + a serial), admitted
-  // to torch's store like a worker.
-  void startSpare(const RoundInfo& round) {
-    RoundInfo r = round;
-    if (options_.torchStore) {
-      r.masterAddr = TorchStore::kAddress;
-      r.masterPort = options_.torchStore->port();
-    }
-    addSpare(*group_, r);
-    if (options_.torchStore) options_.torchStore->admit(group_->pids());
-  }
-
-  void addSpare(WorkerGroup& group, const RoundInfo& round) {
-    const int key = kSpareKeyBase + spareSerial_++;
-    std::function<WorkerChannelEnd(int)> channel;
-    if (options_.heartbeats) channel = [this](int k) { return options_.heartbeats->reopenChannel(k); };
-    const pid_t pid = group.addSpare(specs_.makeSpare(round, key, channel));
-    if (options_.heartbeats) options_.heartbeats->workerSpawned(key);
-    if (pid > 0) spareKeys_[pid] = key;
-  }
-
 
   void onHung(const HungRank& hung) {
     if (!group_ || attempt_.groupStopped || attempt_.firstFailure || stopSignal_) return;
@@ -718,9 +647,8 @@ class ElasticAgent::Impl {
     finished_ = true;
     healthTimer_.cancel();
     hangTimer_.cancel();
-    warmTimer_.cancel();
     if (group_ && !group_->allExited()) group_->killNow();
-    if (waiting_) waiting_->killNow();
+    spares_.stopWaiting();
     AgentEvent ended = agentEvent(AgentEvent::Kind::kJobEnded, attempt_.round.round,
                                   stopSignal_    ? "stopped by " + signalName(*stopSignal_)
                                   : closure_ ? closure_->reason
@@ -778,15 +706,11 @@ class ElasticAgent::Impl {
   JobStragglers jobStragglers_;  // what the job-wide view said last
   boost::asio::steady_timer finishTimer_;  // --finish_timeout, of the current attempt
   boost::asio::steady_timer dumpTimer_;    // a hang's stack dumps, of the current attempt
-  boost::asio::steady_timer warmTimer_;    // --spares_per_node: warm processes while waiting long
   std::optional<FailureReportInput> lastFailure_;
   std::optional<JobClosure> closure_;  // the first closure of the job told
   std::optional<int> stopSignal_;
   InProcessRecovery recovery_;  // --recovery=in_process
-  static constexpr int kSpareKeyBase = 1 << 20;  // spares' channel keys, apart from local ranks
-  int spareSerial_ = 0;
-  std::map<pid_t, int> spareKeys_;  // a running spare's channel key, by pid
-  std::unique_ptr<WorkerGroup> waiting_;  // spares started while waiting for the first round
+  WarmSpares spares_;  // --spares_per_node
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> lastSigint_;
   bool finished_ = false;

@@ -620,6 +620,11 @@ def run(train: Callable[[Context], T], state: Any, *, backend: str = "gloo", tim
     runner = _Runner(reader)
     channel = _heartbeat._channel
     saved_extra = channel.extra
+    # A recovery's gc.collect() frees the failed round's DDP (its hooks hold the old group). What
+    # exists now (torch's own objects, the model) lives as long as the process: frozen, the
+    # collector skips it, and that collect costs milliseconds instead of 0.2-0.3 s on torch 2.x
+    # (measured: bench/RESULTS_RECOVERY.md). Unfrozen when run() returns.
+    gc.freeze()
     if os.environ.get("DDPRUN_SPARE") == "1" and reader.available():
         activated = _wait_as_spare(reader)
         if activated is None:
@@ -683,3 +688,4 @@ def run(train: Callable[[Context], T], state: Any, *, backend: str = "gloo", tim
             waiting.stop()
         channel.extra = saved_extra
         reader.close()
+        gc.unfreeze()
