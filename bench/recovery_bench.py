@@ -177,7 +177,7 @@ def run_job(args, python, version, contender, kill, tmp):
     res = {"contender": contender, "kill": "%d:%d" % kill if kill else None, "rc": rc, "wall_s": round(wall, 3),
            "lost_s": None if lost_s is None else round(lost_s, 4), "steps_lost": lost_steps,
            "resumed_from": resumed, "step_ms": None, "digest": digests[-1] if digests else None,
-           "in_process": "recovered in process" in stderr, "processes": count_lines(pids)}
+           "in_process": "recovered in process" in stderr, "processes": count_processes(pids)}
     if not kill:
         st = step_time(steps)
         res["step_ms"] = None if st is None else round(st * 1e3, 3)
@@ -186,10 +186,12 @@ def run_job(args, python, version, contender, kill, tmp):
     return res
 
 
-def count_lines(path):
+def count_processes(path):
+    """Distinct worker processes in RECOVERABLE_PIDS (a spare logs a line when it starts and another
+    when it becomes a rank)."""
     try:
         with open(path) as f:
-            return sum(1 for line in f if line.strip())
+            return len({line.split()[1] for line in f if len(line.split()) == 3})
     except OSError:
         return 0
 

@@ -12,8 +12,9 @@ by (--standby_s to join: torchrun's agent imports torch first). Once the job log
 and every process below it stopped and SIGKILLed at once, as a machine that dies. The contenders,
 interleaved (the order rotates from run to run):
   - ddprun in_process + spare: the same with --spares_per_node=1: c, waiting, starts its ranks'
-    processes ahead (torch imported); they take b's place. The node is lost only once they have
-    reached the script (each logged rank -1), after --kill_at, as a standby that waited long;
+    processes ahead (torch imported); they take b's place. The node is lost only once they are
+    ready (each logged rank -1 just before ddprun.recovery.run), after --kill_at, as a standby
+    that waited long;
   - ddprun in_process: --recovery=in_process, examples/torch/recoverable_ddp.py: a's workers keep
     their processes, c's start cold in b's place and take their state from a's;
   - ddprun restart:    --max_restarts=1, examples/torch/checkpoint_ddp.py (every rank restarts and
@@ -151,11 +152,15 @@ def run_job(args, python, version, contender, tmp):
                 time.sleep(0.05)
         while steps_so_far(times) < args.kill_at and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.01)
-        kill_step = steps_so_far(times)
-        if kill_step >= args.steps:
+        if steps_so_far(times) >= args.steps:
             raise RuntimeError("the job ended before the node could be lost: raise --steps or lower --kill_at")
         kill_t = time.time()
         lose_node(nodes["b"].pid)
+        # The last step done with b: the ranks may log one more while b is being stopped (its part of
+        # that step was in), and nothing after it can be new work yet (a recovery takes far longer).
+        lost_t = time.time()
+        steps_now, _ = rb.read_times(times)
+        kill_step = max((s for _, s, t in steps_now if t <= lost_t), default=0)
         kill = (-1, kill_step, kill_t)
         for tag in ("a", "c"):
             try:
@@ -179,6 +184,10 @@ def run_job(args, python, version, contender, tmp):
     steps, _ = rb.read_times(times)
     world = 2 * args.nproc_per_node
     lost_s, lost_steps, resumed = rb.lost(steps, kill, world) if kill else (None, None, None)
+    if lost_steps is not None and lost_steps < 0:
+        # A step whose all-reduce had b's part can be logged after the loss (the step's sleep pads it
+        # to --step_ms after its all-reduce), so the loss's step may be known one late: none was lost.
+        lost_steps = 0
     digests = re.findall(r"digest ([0-9a-f]{16})", text.get("a.out", "") + text.get("c.out", ""))
     rc = 0 if rcs.get("a") == 0 and rcs.get("c") == 0 else (rcs.get("a") or rcs.get("c"))
     res = {"contender": contender, "rc": rc, "rcs": rcs, "wall_s": round(wall, 3),

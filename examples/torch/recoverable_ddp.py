@@ -20,9 +20,10 @@ that a replacement does not fail again):
                                            number is given) right after committing STEP steps
     RECOVERABLE_RAISE_AT=RANK:STEP         that rank raises RuntimeError there instead
     RECOVERABLE_HANG_AT=RANK:STEP          that rank stops there (sleeps, beating no more)
-    RECOVERABLE_PIDS=PATH                  each process appends "rank pid restart_count" at start
-                                           (rank -1: a warm spare, which has no rank yet; it appends
-                                           its rank's line once it becomes one)
+    RECOVERABLE_PIDS=PATH                  each process appends "rank pid restart_count" at start;
+                                           a warm spare, which has no rank yet, appends rank -1 once it
+                                           is ready (its model and optimizer made: torch 2.x imports
+                                           its compiler there) and its rank's line once it becomes one
     RECOVERABLE_TIMES=PATH                 each rank appends "rank step time.time()" per step done, and
                                            a dying rank "kill rank step time.time()" (bench/recovery_bench.py)
 """
@@ -107,8 +108,9 @@ def main(argv=None):
             with open(pids, "a") as f:
                 f.write("%s %d %s\n" % (rank, os.getpid(), restart))
 
-    spare = [os.environ.get("DDPRUN_SPARE") == "1"]  # logged again once it is a rank
-    log_start(os.environ.get("RANK", "-1"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    spare = [os.environ.get("DDPRUN_SPARE") == "1"]  # logged when ready, and again once it is a rank
+    if not spare[0]:
+        log_start(os.environ.get("RANK", "-1"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (the sync broadcasts rank 0's anyway)
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -156,6 +158,8 @@ def main(argv=None):
                 time.sleep(3600)
         return ctx.rank
 
+    if spare[0]:
+        log_start(-1, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     rank = recovery.run(train, state, timeout_s=args.timeout_s, notice_timeout_s=args.notice_timeout_s)
     if rank == 0:
         print("digest %s" % digest(model), flush=True)

@@ -169,8 +169,8 @@ class MultiNodeInProcessRecoveryTest(ml.MultiNodeTestCase):
         want = self.expected_digest()
 
         def standby_ready(c, known):
-            # c started its ranks' processes and a spare while it waited, and all three reached the
-            # script (each logged rank -1).
+            # c started its ranks' processes and a spare while it waited, and all three are ready
+            # (each logged rank -1 just before ddprun.recovery.run).
             return ("started 3 warm process(es) while waiting for a round" in c.stderr() and
                     len(self.starts()) >= len(known) + 3)
 
