@@ -205,8 +205,10 @@ class ElasticAgent::Impl {
       channel = [this](int localRank) { return options_.heartbeats->openChannel(localRank); };
     }
     std::vector<WorkerSpec> specs = specs_.make(round, channel);
-    std::vector<WarmSpares::Contract> contracts;  // for spares that become ranks
-    for (const auto& spec : specs) contracts.push_back(WorkerSpecs::spareContract(spec));
+    std::vector<WarmSpares::Contract> contracts;  // for the waiting processes that become ranks
+    if (spares_.waiting()) {
+      for (const auto& spec : specs) contracts.push_back(WorkerSpecs::spareContract(spec));
+    }
     recovery_.reset();  // new processes: none has opted in yet
     recovery_.pending.reset();
     group_.reset();  // the previous attempt's group has stopped and been swept

@@ -39,6 +39,8 @@ class WarmSpares {
   void waitForFirstRound(std::function<bool()> stillWaiting);
   // The exit of a process started while waiting (false: not one of them).
   bool handleExit(const ProcessExit& exit);
+  // Whether processes wait for the first round (startGroup then needs the ranks' contracts).
+  bool waiting() const { return waiting_ != nullptr; }
   // Their channels' keys: the next attempt keeps them open (HeartbeatSource::newAttempt).
   std::vector<int> waitingKeys() const;
   // The node stops: no more waiting, and those waiting are SIGKILLed (nothing of theirs to save).
