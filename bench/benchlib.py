@@ -37,10 +37,16 @@ def skip(reason):
 # ---- ports ----
 
 def free_port(host="127.0.0.1"):
-    """A port free on `host` now (the kernel's pick; another process may take it before use)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port free on `host` now, picked as the tests pick theirs (scripts/ports.py: above the
+    kernel's ephemeral range where it leaves room, and reserved against the other tests and benches
+    of this machine for as long as this process lives). The kernel's own pick (bind to port 0) comes
+    from the range every outgoing connection draws from: under ctest -j2 a test beside this bench
+    can take it before the bench's server binds it, and an agent that then finds its endpoint taken
+    joins whatever listens there and waits (a CI run of recovery_lost_node_bench's smoke hung so)."""
+    if os.path.join(ROOT, "scripts") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import ports  # scripts/ports.py, stdlib only
+    return ports.free_port(host)
 
 
 # ---- /proc ----

@@ -134,22 +134,26 @@ def run_job(args, python, version, contender, tmp):
     deadline = started + args.job_timeout
     kill = None
     rcs = {}
+    stage = "a hosts the rendezvous"  # where the job was when it ended: a hang says where it waited
     try:
         start("a")
         # a must host the rendezvous (ddprun) or torchrun's c10d store (the first agent to bind the
         # endpoint does): the node lost is never the one that hosts it, for either launcher.
         while not listening(port) and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.05)
+        stage = "the first step"
         start("b")
         while steps_so_far(times) < 1 and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.05)
         waiting = waiting_processes(pids)  # a's and b's spares, if any
+        stage = "c stands by"
         start("c")  # the round is full: c stands by
         time.sleep(args.standby_s)
         if contender.endswith("spare"):  # c's ranks' processes and its spare, warm
             while waiting_processes(pids) < waiting + args.nproc_per_node + 1 and time.monotonic() < deadline \
                     and nodes["a"].poll() is None:
                 time.sleep(0.05)
+        stage = "step %d" % args.kill_at
         while steps_so_far(times) < args.kill_at and time.monotonic() < deadline and nodes["a"].poll() is None:
             time.sleep(0.01)
         if steps_so_far(times) >= args.steps:
@@ -162,6 +166,7 @@ def run_job(args, python, version, contender, tmp):
         steps_now, _ = rb.read_times(times)
         kill_step = max((s for _, s, t in steps_now if t <= lost_t), default=0)
         kill = (-1, kill_step, kill_t)
+        stage = "a and c end after the loss"
         for tag in ("a", "c"):
             try:
                 rcs[tag] = nodes[tag].wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -196,6 +201,7 @@ def run_job(args, python, version, contender, tmp):
            "in_process": "live rank(s) here told round" in text.get("a.err", ""),
            "warm": "a warm spare starts as rank" in text.get("c.err", "")}
     if rc != 0:
+        res["stage"] = stage
         res["stderr_tail"] = (text.get("a.err", "")[-1200:], text.get("c.err", "")[-1200:])
     return res
 
@@ -249,14 +255,19 @@ def main():
     ap.add_argument("--standby_s", type=float, default=3.0, help="time for c to join as the standby")
     ap.add_argument("--job_timeout", type=float, default=300.0)
     ap.add_argument("--no_torchrun", action="store_true")
+    ap.add_argument("--contender", action="append", choices=CONTENDERS, help="only these (repeatable)")
+    ap.add_argument("--keep", action="store_true", help="keep the jobs' directories (logs) and print where")
     ap.add_argument("--smoke", action="store_true", help="1 run, 250 steps, lost at 80, torch 1.13, no torchrun")
     args = ap.parse_args()
     contenders = CONTENDERS
     if args.smoke:
         args.runs, args.steps, args.kill_at, args.python, args.no_torchrun = 1, 250, 80, ["/usr/bin/python3"], True
         args.standby_s = 1.0
+        args.job_timeout = min(args.job_timeout, 80.0)  # a job takes ~20 s: a hang reports within ctest's bound
     if args.no_torchrun:
         contenders = CONTENDERS[:3]
+    if args.contender:
+        contenders = tuple(c for c in contenders if c in args.contender)
     if not os.access(args.ddprun, os.X_OK):
         benchlib.skip("%s is not built" % args.ddprun)
     versions = [(py, v) for py in (args.python or rb.default_pythons()) for v in [rb.torch_version(py)] if v]
@@ -281,7 +292,10 @@ def main():
             failed = failed or any(not p.startswith("torchrun") for p in problems)
             out += lines
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print("recovery_lost_node_bench: the jobs' logs are kept in %s" % tmp, flush=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     print("\n%s; commit %s; %s; ddprun %s" % (time.strftime("%Y-%m-%d %H:%M"), benchlib.git_rev(),
                                              benchlib.machine_text(), args.ddprun))
     print("\n".join(out))
