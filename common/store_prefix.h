@@ -21,7 +21,7 @@ std::string storePrefix(std::string_view runId, uint64_t round);
 
 // The store on etcd: the key under a round's prefix that says the round is current. The etcd
 // driver writes it with the round's assignment; the workers' etcd store guards every write with
-// it (worker_sdk/etcd_store.h, fenceByRound).
+// it (store/etcd/etcd_key_store.h, fenceByRound).
 inline constexpr std::string_view kRoundMarker = "alive";
 
 }  // namespace ddprun

@@ -181,17 +181,9 @@ LaunchConfig buildConfig(const CLI::App& app, const FlagValues& flags, const Slu
   cfg.localAddr = text("local_addr");
   decideRendezvous(cfg, RendezvousFlags{text("rdzv_id"), text("nnodes"), randomRunId});
   if (cfg.multiNode) checkResolvable(cfg.endpointHost);
-  if (cfg.recoverInProcess && cfg.multiNode && cfg.rdzvBackend == RdzvBackend::kEtcd) {
-    throw ConfigError("--recovery=in_process needs torch's store served by ddprun (it must outlive rank 0), which "
-                      "the etcd backend cannot serve yet: use --rdzv_backend=c10d (or static) across nodes");
-  }
   if (cfg.recoverInProcess && !cfg.agentTorchStore()) {
     throw ConfigError("--recovery=in_process needs torch's store served by ddprun (it must outlive rank 0): "
                       "drop --torch_store=rank0");
-  }
-  if (cfg.torchStore == LaunchConfig::TorchStoreMode::kAgent && cfg.multiNode && cfg.rdzvBackend == RdzvBackend::kEtcd) {
-    throw ConfigError("--torch_store=agent: the etcd backend has no store the agents can forward torch's to yet; "
-                      "use --torch_store=rank0 (what auto chooses there)");
   }
 
   cfg.role = text("role");

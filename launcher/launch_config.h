@@ -65,15 +65,15 @@ struct LaunchConfig {
   std::string slurmStep;
 
   // --torch_store: the agent serves torch's store for its workers (agent/torch_store.h), or rank 0
-  // hosts its own TCPStore (kRank0, torchrun's default mode). auto: the agent where the backend
-  // lets it (single node, the gRPC and static backends), rank 0 on etcd.
+  // hosts its own TCPStore (kRank0, torchrun's default mode). auto: the agent, on every backend
+  // (on etcd it runs torch's requests on the job's keys in etcd: store/forward/etcd_forwarding.h).
   enum class TorchStoreMode { kAuto, kAgent, kRank0 } torchStore = TorchStoreMode::kAuto;
   // --recovery=in_process: replace only a failed rank (AgentOptions::recovery).
   bool recoverInProcess = false;
   int sparesPerNode = 0;  // --spares_per_node
-  // Whether the agent serves torch's store, as decided from torchStore and the backend.
+  // Whether the agent serves torch's store.
   bool agentTorchStore() const {
-    return torchStore != TorchStoreMode::kRank0 && !(multiNode && rdzvBackend == RdzvBackend::kEtcd);
+    return torchStore != TorchStoreMode::kRank0;
   }
 
   // Supervision

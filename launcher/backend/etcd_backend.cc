@@ -4,6 +4,7 @@
 #include "common/net.h"
 #include "common/token_file.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
+#include "store/forward/etcd_forwarding.h"
 
 namespace ddprun {
 
@@ -34,6 +35,12 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
   o.host = !cfg.localAddr.empty() ? cfg.localAddr : hostName();
   o.masterPort = findFreePort("");
   o.onFenceDeadline = std::move(fence);
+  // torch's store on this node runs its requests on the workers' keys in etcd (below), with the
+  // agent's etcd login and TLS: no node hosts it, so losing any node loses none of it.
+  EtcdForwardingOptions f;
+  f.client = o.client;
+  f.root = cfg.etcdPrefix;
+  auto forwarder = EtcdForwarding::makeForwarder(std::make_shared<EtcdForwarding>(std::move(f)));
   MultiNodeRendezvous out;
   out.nodeId = o.nodeId;
   out.client = makeEtcdRendezvous(std::move(o), std::move(post));
@@ -46,6 +53,7 @@ MultiNodeRendezvous startEtcd(const LaunchConfig& cfg, PostFn post, FenceFn fenc
     if (!cfg.tlsKey.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_KEY", cfg.tlsKey);
   }
   if (!cfg.etcdAuthFile.empty()) out.workerEnv.emplace_back("DDPRUN_ETCD_AUTH_FILE", cfg.etcdAuthFile);
+  out.torchStoreSinks = [forwarder](const RoundInfo&) { return forwarder->factory(); };
   return out;
 }
 

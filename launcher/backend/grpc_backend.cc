@@ -8,7 +8,7 @@
 #include "common/token_file.h"
 #include "rendezvous/client/grpc_rendezvous.h"
 #include "rendezvous/server/rendezvous_server.h"
-#include "store/forward/forwarding_sink.h"
+#include "store/forward/address_forwarding.h"
 
 namespace ddprun {
 namespace {
@@ -17,58 +17,6 @@ std::string readToken(const LaunchConfig& cfg) {
   if (!cfg.tokenFile.empty()) return readTokenFile(cfg.tokenFile, "--rdzv_conf token_file");
   const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
   return env ? env : "";
-}
-
-// A sink that answers every request UNAVAILABLE: the job's store could not be reached, so the
-// workers' TCPStore connections close (the protocol has no error reply) and torch says so.
-class UnavailableSink final : public StoreRequestSink {
- public:
-  UnavailableSink(Respond respond, std::string why) : respond_(std::move(respond)), why_(std::move(why)) {}
-  void handle(v1::StoreRequest& request) override {
-    v1::StoreResponse response;
-    response.set_id(request.id());
-    response.mutable_status()->set_code(14);  // UNAVAILABLE
-    response.mutable_status()->set_message(why_);
-    respond_(std::move(response));
-  }
-  void end() override {}
-
- private:
-  Respond respond_;
-  std::string why_;
-};
-
-// The sinks of each round: a forwarder to the round's store address, made at the first round
-// that names it (and again if that address changes).
-std::function<StoreRequestSink::Factory(const RoundInfo&)> torchStoreForwarding(StoreClientOptions client) {
-  struct State {
-    StoreClientOptions client;
-    std::string address;
-    std::shared_ptr<StoreForwarder> forwarder;
-  };
-  auto state = std::make_shared<State>();
-  state->client = std::move(client);
-  return [state](const RoundInfo& round) -> StoreRequestSink::Factory {
-    if (!state->forwarder || state->address != round.storeAddr) {
-      if (state->forwarder) state->forwarder->stop();
-      state->forwarder.reset();
-      state->address = round.storeAddr;
-      StoreForwarderOptions options;
-      options.client = state->client;
-      options.client.address = round.storeAddr;
-      try {
-        state->forwarder = std::make_shared<StoreForwarder>(std::move(options));
-      } catch (const std::exception& e) {
-        const std::string why = "torch's store cannot reach the job's store at " + round.storeAddr + ": " + e.what();
-        spdlog::error("{}", why);
-        state->address.clear();  // tried again at the next round
-        return [why](StoreRequestSink::Respond respond) -> std::shared_ptr<StoreRequestSink> {
-          return std::make_shared<UnavailableSink>(std::move(respond), why);
-        };
-      }
-    }
-    return state->forwarder->factory();
-  };
 }
 
 class HostedServer final : public HostedRendezvous {
@@ -168,7 +116,9 @@ MultiNodeRendezvous startGrpcClient(const LaunchConfig& cfg, const GrpcPlacement
   StoreClientOptions store;
   store.token = token;
   store.tls = o.tls;
-  out.torchStoreSinks = torchStoreForwarding(std::move(store));
+  out.torchStoreSinks = [sinks = forwardingByAddress(std::move(store))](const RoundInfo& round) {
+    return sinks(round.storeAddr);
+  };
   out.client = makeGrpcRendezvous(std::move(o), std::move(post));
   return out;
 }

@@ -211,7 +211,7 @@ bool EtcdDriver::write(const RulesHost& host, const Effects& effects, const std:
     dropAllRounds(keys_, &t);
   } else if (drops.roundsBelow > 0) {
     dropRoundsBelow(keys_, drops.roundsBelow, &t);
-    // The round marker of the workers' store (worker_sdk/etcd_store.h, fenceByRound): written
+    // The round marker of the workers' store (store/etcd/etcd_key_store.h, fenceByRound): written
     // with the assignment, so it exists before any worker of the round does.
     auto* alive = t.add_success()->mutable_request_put();
     alive->set_key(keys_.roundMarker(drops.roundsBelow));

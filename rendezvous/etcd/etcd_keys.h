@@ -7,7 +7,7 @@
 //   rdzv/events/<node>/<seq>    a node's reports to the driver (AgentMessage)
 //   rdzv/notices/<node>/<seq>   the driver's notices to a node (ServerMessage)
 //   round/<n>/alive             the round's marker: the workers' store of round n is current
-//   round/<n>/...               the workers' store of round n (worker_sdk/etcd_store.h)
+//   round/<n>/...               the workers' store of round n (store/etcd/etcd_key_store.h)
 #pragma once
 
 #include <cstdint>

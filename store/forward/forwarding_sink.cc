@@ -41,11 +41,13 @@ int32_t codeOf(const v1::StoreResponse& response) {
 void nameWholeTimeout(v1::StoreResponse& response, uint32_t timeoutMs) {
   constexpr std::string_view kPrefix = "timed out after ";
   const std::string& message = response.status().message();
-  if (message.compare(0, kPrefix.size(), kPrefix) != 0) return;
-  std::size_t end = kPrefix.size();
+  const std::size_t at = message.find(kPrefix);  // "store: timed out after" from etcd's store
+  if (at == std::string::npos) return;
+  std::size_t end = at + kPrefix.size();
   while (end < message.size() && message[end] >= '0' && message[end] <= '9') ++end;
-  if (end == kPrefix.size()) return;
-  response.mutable_status()->set_message(std::string(kPrefix) + std::to_string(timeoutMs) + message.substr(end));
+  if (end == at + kPrefix.size()) return;
+  response.mutable_status()->set_message(message.substr(0, at) + std::string(kPrefix) + std::to_string(timeoutMs) +
+                                         message.substr(end));
 }
 
 }  // namespace
@@ -53,7 +55,13 @@ void nameWholeTimeout(v1::StoreResponse& response, uint32_t timeoutMs) {
 // What the forwarder and its sinks share: a sink (and a factory) may outlive the forwarder, and
 // the threads are joined by whoever starts the next one or stops, never by themselves.
 struct StoreForwarder::Shared {
-  explicit Shared(StoreForwarderOptions o) : options(std::move(o)), client(options.client) {}
+  explicit Shared(StoreForwarderOptions o) : options(std::move(o)) {
+    if (options.name.empty()) options.name = options.client.address;
+    if (!options.call) {
+      client.emplace(options.client);
+      options.call = [this](v1::StoreRequest& request, milliseconds timeout) { return client->call(request, timeout); };
+    }
+  }
 
   // Registers a new sink for stop(); false once stopped.
   bool addSink(const std::shared_ptr<Sink>& sink) {
@@ -79,8 +87,8 @@ struct StoreForwarder::Shared {
     bool done = false;
   };
 
-  const StoreForwarderOptions options;
-  StoreClient client;
+  StoreForwarderOptions options;    // set once, in the constructor
+  std::optional<StoreClient> client;  // when options.call was not given
 
   std::mutex stopMutex;  // held through stop(): a concurrent stop() returns when all is joined
   std::mutex mutex;      // guards what follows
@@ -124,7 +132,7 @@ class StoreForwarder::Sink final : public StoreRequestSink, public std::enable_s
       started_ = false;
       if (ended_) return;  // stop() ended this sink meanwhile: no answer
     }
-    respond_(failed(id, StoreCode::kUnavailable, "the store forwarder at " + shared_->options.client.address +
+    respond_(failed(id, StoreCode::kUnavailable, "the store forwarder at " + shared_->options.name +
                                                      " has stopped"));
   }
 
@@ -171,14 +179,14 @@ class StoreForwarder::Sink final : public StoreRequestSink, public std::enable_s
     if (request.has_get() || request.has_wait()) {
       const uint32_t total = request.has_get() ? request.get().timeout_ms() : request.wait().timeout_ms();
       if (milliseconds(total) <= slice) {
-        response = shared_->client.call(request, milliseconds(total));
+        response = shared_->options.call(request, milliseconds(total));
       } else {
         auto sliced = slicedWait(request, total, slice);
         if (!sliced) return std::nullopt;
         response = std::move(*sliced);
       }
     } else {
-      response = shared_->client.call(request, shared_->options.client.timeout);
+      response = shared_->options.call(request, shared_->options.client.timeout);
     }
     response.set_id(id);  // the client's id was the transport's
     return response;
@@ -197,7 +205,7 @@ class StoreForwarder::Sink final : public StoreRequestSink, public std::enable_s
       } else {
         request.mutable_wait()->set_timeout_ms(partMs);
       }
-      v1::StoreResponse response = shared_->client.call(request, part);
+      v1::StoreResponse response = shared_->options.call(request, part);
       if (ended()) return std::nullopt;
       if (codeOf(response) != static_cast<int32_t>(StoreCode::kDeadlineExceeded)) return response;
       if (Clock::now() >= deadline) {

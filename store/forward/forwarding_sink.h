@@ -22,7 +22,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "store/client/store_client.h"
 #include "store/core/store_request_sink.h"
@@ -34,6 +36,12 @@ struct StoreForwarderOptions {
   // unused: every forwarded request carries its own scope. Its timeout is the deadline of every
   // request that is not a Get or Wait (plus the client's margin).
   StoreClientOptions client;
+  // Another way to the job's store (etcd's: store/forward/etcd_forwarding.h): runs one request
+  // within `timeout` and answers it as the store would, errors as statuses; called on the sinks'
+  // threads, several at once. Unset: a StoreClient made from `client`.
+  std::function<v1::StoreResponse(v1::StoreRequest& request, std::chrono::milliseconds timeout)> call;
+  // The store as errors name it; empty: client.address.
+  std::string name;
   // The longest single wait sent to the store; bounds how long end() and stop() take to act.
   std::chrono::milliseconds waitSlice{1000};
   // Requests one sink holds before its thread takes them; beyond: RESOURCE_EXHAUSTED.

@@ -1,4 +1,4 @@
-// The workers' store on etcd (worker_sdk/etcd_store.h) against a real 3-member etcd cluster.
+// The workers' store on etcd (worker_sdk/etcd_store.h over store/etcd/etcd_key_store.h) against a real 3-member etcd cluster.
 #include <catch2/catch.hpp>
 
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "worker_sdk/etcd_store.h"
+#include "store/etcd/etcd_key_store.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "common/store_prefix.h"
 #include "etcd/etcd_watch.h"
 
-namespace ddp {
+namespace ddprun {
 
 namespace {
 
@@ -19,15 +19,18 @@ namespace {
 // renewed by granting a new one when half its TTL has passed, and old nonces expire with theirs.
 constexpr std::chrono::seconds kNonceLeaseTtl{120};
 
+// Keys per transaction: etcd's default --max-txn-ops is 128, and a read adds the round marker.
+constexpr std::size_t kKeysPerTxn = 100;
+
 void checkKey(const std::string& key) {
-  if (key.empty()) throw ddprun::ConfigError("store: empty key");
+  if (key.empty()) throw ConfigError("store: empty key");
 }
 
 int64_t parseCounter(const std::string& key, const std::string& value) {
   int64_t n = 0;
   auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
   if (ec != std::errc() || p != value.data() + value.size()) {
-    throw ddprun::StateError("store: add() on key '" + key + "' whose value is not a number");
+    throw StateError("store: add() on key '" + key + "' whose value is not a number");
   }
   return n;
 }
@@ -39,21 +42,24 @@ std::string randomId() {
 
 }  // namespace
 
-EtcdStore::EtcdStore(EtcdStoreOptions options)
+EtcdKeyStore::EtcdKeyStore(EtcdKeyStoreOptions options) : EtcdKeyStore(std::move(options), nullptr) {}
+
+EtcdKeyStore::EtcdKeyStore(EtcdKeyStoreOptions options, std::shared_ptr<EtcdClient> client)
     : options_(std::move(options)),
       dataPrefix_(options_.prefix + "kv/"),
       opPrefix_(options_.prefix + "op/"),
-      marker_(options_.prefix + std::string(ddprun::kRoundMarker)),
-      client_(options_.client),
+      marker_(options_.prefix + std::string(kRoundMarker)),
+      owned_(client ? std::move(client) : std::make_shared<EtcdClient>(options_.client)),
+      client_(*owned_),
       clientId_(randomId()) {
   if (options_.prefix.empty() || options_.prefix.back() != '/') {
-    throw ddprun::ConfigError("etcd store: prefix '" + options_.prefix + "' must end with '/'");
+    throw ConfigError("etcd store: prefix '" + options_.prefix + "' must end with '/'");
   }
 }
 
-EtcdStore::~EtcdStore() = default;
+EtcdKeyStore::~EtcdKeyStore() = default;
 
-void EtcdStore::guard(etcdserverpb::TxnRequest& t) const {
+void EtcdKeyStore::guard(etcdserverpb::TxnRequest& t) const {
   if (!options_.fenceByRound) return;
   auto* cmp = t.add_compare();
   cmp->set_key(marker_);
@@ -62,14 +68,14 @@ void EtcdStore::guard(etcdserverpb::TxnRequest& t) const {
   cmp->set_version(0);
 }
 
-void EtcdStore::throwStale() const {
-  throw ddprun::StateError("stale round: the store of '" + options_.prefix +
+void EtcdKeyStore::throwStale() const {
+  throw StateError("stale round: the store of '" + options_.prefix +
                            "' is gone (a newer round started, or the job ended)");
 }
 
-bool EtcdStore::roundIsCurrent() { return !options_.fenceByRound || client_.get(marker_).has_value(); }
+bool EtcdKeyStore::roundIsCurrent() { return !options_.fenceByRound || client_.get(marker_).has_value(); }
 
-int64_t EtcdStore::keyLease() {
+int64_t EtcdKeyStore::keyLease() {
   if (!options_.fenceByRound) return 0;
   std::lock_guard<std::mutex> lock(leaseMutex_);
   if (!roundLeaseKnown_) {
@@ -83,12 +89,12 @@ int64_t EtcdStore::keyLease() {
   return roundLease_;
 }
 
-std::string EtcdStore::dataKey(const std::string& key) const {
+std::string EtcdKeyStore::dataKey(const std::string& key) const {
   checkKey(key);
   return dataPrefix_ + key;
 }
 
-void EtcdStore::set(const std::string& key, const std::string& value) {
+void EtcdKeyStore::set(const std::string& key, const std::string& value) {
   if (!options_.fenceByRound) {
     client_.put(dataKey(key), value);
     return;
@@ -102,16 +108,20 @@ void EtcdStore::set(const std::string& key, const std::string& value) {
   if (!client_.txn(t).succeeded()) throwStale();
 }
 
-std::string EtcdStore::get(const std::string& key) {
+std::string EtcdKeyStore::get(const std::string& key) { return get(key, options_.timeout); }
+
+std::string EtcdKeyStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   const std::string k = dataKey(key);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    wait({key}, options_.timeout);
+    wait({key}, std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+                         std::chrono::milliseconds(0)));
     if (auto kv = client_.get(k)) return kv->value;
     // Deleted between the wait and the read: wait again.
   }
 }
 
-int64_t EtcdStore::nonceLease() {
+int64_t EtcdKeyStore::nonceLease() {
   // Under the rendezvous, nonces go with the round's keys (next round, job end) or with the
   // job's lease when every agent dies: found by the test that kills every agent.
   if (options_.fenceByRound) return keyLease();
@@ -124,7 +134,7 @@ int64_t EtcdStore::nonceLease() {
   return lease_;
 }
 
-int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+int64_t EtcdKeyStore::add(const std::string& key, int64_t delta) {
   const std::string k = dataKey(key);
   for (;;) {
     auto kv = client_.get(k);
@@ -161,7 +171,8 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   }
 }
 
-std::string EtcdStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
+std::string EtcdKeyStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired,
+                                     bool* wasMissing) {
   const std::string k = dataKey(key);
   etcdserverpb::TxnRequest t;
   auto* cmp = t.add_compare();
@@ -182,43 +193,108 @@ std::string EtcdStore::compareSet(const std::string& key, const std::string& exp
   guard(t);
   if (options_.fenceByRound) t.add_failure()->mutable_request_range()->set_key(marker_);
   auto resp = client_.txn(t);
+  if (wasMissing) *wasMissing = expected.empty() && resp.succeeded();
   if (resp.succeeded()) return desired;
   if (options_.fenceByRound && resp.responses(1).response_range().kvs_size() == 0) throwStale();
   // A retried transaction whose first attempt was applied lands here too, and reads `desired`:
   // the same answer.
   const auto& range = resp.responses(0).response_range();
+  if (wasMissing) *wasMissing = range.kvs_size() == 0;
   return range.kvs_size() > 0 ? range.kvs(0).value() : std::string();
 }
 
-int64_t EtcdStore::readAll(const std::vector<std::string>& keys, std::vector<bool>* present,
-                           std::vector<std::string>* values) {
-  // One transaction of ranges: one request, one revision for every key.
-  etcdserverpb::TxnRequest t;
-  for (const auto& key : keys) t.add_success()->mutable_request_range()->set_key(dataKey(key));
-  if (options_.fenceByRound) t.add_success()->mutable_request_range()->set_key(marker_);
-  auto resp = client_.txn(t);
-  if (options_.fenceByRound && resp.responses(static_cast<int>(keys.size())).response_range().kvs_size() == 0) {
-    throwStale();
+void EtcdKeyStore::append(const std::string& key, const std::string& value) {
+  const std::string k = dataKey(key);
+  for (;;) {
+    auto kv = client_.get(k);
+    etcdserverpb::TxnRequest t;
+    auto* cmp = t.add_compare();
+    cmp->set_key(k);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    if (kv) {
+      cmp->set_target(etcdserverpb::Compare::MOD);
+      cmp->set_mod_revision(kv->modRevision);
+    } else {
+      cmp->set_target(etcdserverpb::Compare::CREATE);
+      cmp->set_create_revision(0);
+    }
+    auto* put = t.add_success()->mutable_request_put();
+    put->set_key(k);
+    put->set_value(kv ? kv->value + value : value);
+    put->set_lease(keyLease());
+    guard(t);
+    if (client_.txn(t).succeeded()) return;
+    if (!roundIsCurrent()) throwStale();  // else another writer came first: read again
   }
+}
+
+std::vector<std::string> EtcdKeyStore::multiGet(const std::vector<std::string>& keys, std::vector<bool>* found) {
+  std::vector<std::string> values;
+  readAll(keys, found, &values);
+  return values;
+}
+
+void EtcdKeyStore::multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw ConfigError("store: multi_set of " + std::to_string(keys.size()) + " keys and " +
+                      std::to_string(values.size()) + " values");
+  }
+  for (std::size_t at = 0; at < keys.size(); at += kKeysPerTxn) {
+    etcdserverpb::TxnRequest t;
+    guard(t);
+    for (std::size_t i = at; i < std::min(keys.size(), at + kKeysPerTxn); ++i) {
+      auto* put = t.add_success()->mutable_request_put();
+      put->set_key(dataKey(keys[i]));
+      put->set_value(values[i]);
+      put->set_lease(keyLease());
+    }
+    if (!client_.txn(t).succeeded()) throwStale();
+  }
+}
+
+std::vector<std::string> EtcdKeyStore::listKeys() {
+  if (!roundIsCurrent()) throwStale();
+  std::vector<std::string> keys;
+  for (auto& kv : client_.getPrefix(dataPrefix_)) keys.push_back(kv.key.substr(dataPrefix_.size()));
+  return keys;
+}
+
+int64_t EtcdKeyStore::readAll(const std::vector<std::string>& keys, std::vector<bool>* present,
+                              std::vector<std::string>* values) {
   present->assign(keys.size(), false);
   if (values) values->assign(keys.size(), "");
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const auto& r = resp.responses(static_cast<int>(i)).response_range();
-    if (r.kvs_size() > 0) {
-      (*present)[i] = true;
-      if (values) (*values)[i] = r.kvs(0).value();
+  int64_t revision = 0;
+  // One transaction of ranges: one request, one revision for every key; etcd takes at most 128
+  // operations per transaction (--max-txn-ops), so a long list is read in parts.
+  for (std::size_t at = 0; at < keys.size() || at == 0; at += kKeysPerTxn) {
+    const std::size_t end = std::min(keys.size(), at + kKeysPerTxn);
+    etcdserverpb::TxnRequest t;
+    for (std::size_t i = at; i < end; ++i) t.add_success()->mutable_request_range()->set_key(dataKey(keys[i]));
+    if (options_.fenceByRound) t.add_success()->mutable_request_range()->set_key(marker_);
+    auto resp = client_.txn(t);
+    if (options_.fenceByRound && resp.responses(static_cast<int>(end - at)).response_range().kvs_size() == 0) {
+      throwStale();
     }
+    for (std::size_t i = at; i < end; ++i) {
+      const auto& r = resp.responses(static_cast<int>(i - at)).response_range();
+      if (r.kvs_size() > 0) {
+        (*present)[i] = true;
+        if (values) (*values)[i] = r.kvs(0).value();
+      }
+    }
+    revision = resp.header().revision();
+    if (end == keys.size()) break;
   }
-  return resp.header().revision();
+  return revision;
 }
 
-void EtcdStore::throwTimeout(const std::set<std::string>& missing, std::chrono::milliseconds timeout) const {
+void EtcdKeyStore::throwTimeout(const std::set<std::string>& missing, std::chrono::milliseconds timeout) const {
   std::string names;
   for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m.substr(dataPrefix_.size());
-  throw ddprun::TimeoutError("store: timed out after " + std::to_string(timeout.count()) + " ms waiting for keys: " + names);
+  throw TimeoutError("store: timed out after " + std::to_string(timeout.count()) + " ms waiting for keys: " + names);
 }
 
-void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+void EtcdKeyStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   if (keys.empty()) return;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<bool> present;
@@ -230,10 +306,10 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   if (missing.empty()) return;
   // The whole round's prefix: its keys, and the round marker whose deletion ends the wait. From
   // now, then read again what is still missing: a watch from the read's revision would land in
-  // etcd's 100 ms catch-up loop whenever another rank wrote in between (ddprun::EtcdWatch).
+  // etcd's 100 ms catch-up loop whenever another rank wrote in between (EtcdWatch).
   auto watchFromNow = [&] {
-    auto w = std::make_unique<ddprun::EtcdWatch>(client_, options_.prefix, ddprun::etcdPrefixEnd(options_.prefix),
-                                                 ddprun::EtcdWatch::kFromNow);
+    auto w = std::make_unique<EtcdWatch>(client_, options_.prefix, etcdPrefixEnd(options_.prefix),
+                                                 EtcdWatch::kFromNow);
     if (!w->startedAfter(deadline)) throwTimeout(missing, timeout);
     std::vector<std::string> names;
     for (const auto& m : missing) names.push_back(m.substr(dataPrefix_.size()));
@@ -250,7 +326,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
     std::vector<mvccpb::Event> events;
     try {
       events = watch->next(deadline);
-    } catch (const ddprun::EtcdCompacted&) {
+    } catch (const EtcdCompacted&) {
       // What happened meanwhile is lost to the watch: watch anew and read again (the marker too).
       watch = watchFromNow();
       continue;
@@ -262,7 +338,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   }
 }
 
-bool EtcdStore::check(const std::vector<std::string>& keys) {
+bool EtcdKeyStore::check(const std::vector<std::string>& keys) {
   if (keys.empty()) return true;
   std::vector<bool> present;
   readAll(keys, &present, nullptr);
@@ -272,8 +348,8 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
   return true;
 }
 
-bool EtcdStore::deleteKey(const std::string& key) { return client_.deleteKey(dataKey(key)) > 0; }
+bool EtcdKeyStore::deleteKey(const std::string& key) { return client_.deleteKey(dataKey(key)) > 0; }
 
-int64_t EtcdStore::numKeys() { return client_.countPrefix(dataPrefix_); }
+int64_t EtcdKeyStore::numKeys() { return client_.countPrefix(dataPrefix_); }
 
-}  // namespace ddp
+}  // namespace ddprun
