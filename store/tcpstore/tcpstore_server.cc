@@ -26,6 +26,7 @@
 #include "store/core/store_limits.h"
 #include "store/core/store_request_handler.h"
 #include "store/tcpstore/tcpstore_codec.h"
+#include "store/tcpstore/tcpstore_requests.h"
 
 namespace ddprun {
 
@@ -42,13 +43,7 @@ constexpr int kReadsPerWakeup = 4;
 // so that a sink that answers later (store/forward/) holds no unbounded queue.
 constexpr std::size_t kMaxOwedPerConnection = 64;
 
-// How a request's answer is written, by what the command was.
-enum class Reply { kNone, kValue, kCompareSet, kAdd, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kListKeys };
-
-struct Owed {
-  Reply reply = Reply::kNone;
-  std::string expected;  // compare_set: what a missing key answers
-};
+using tcpstore::Owed;
 
 }  // namespace
 
@@ -334,9 +329,6 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
   // Runs command_ (parsed whole); false when the connection must close.
   bool runCommand(Conn& conn) {
     tcpstore::Command& c = command_;
-    v1::StoreRequest request;
-    Owed owed;
-    auto scoped = [&](auto* m) { m->mutable_scope()->set_run_id(conn.scope.runId), m->mutable_scope()->set_round(conn.scope.round); };
     switch (c.op) {
       case Op::kValidate:
         return abuse(conn, "VALIDATE after the connection's opening");
@@ -356,86 +348,14 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
       case Op::kBarrier:
       case Op::kWatchKey:
         return notServed(conn, c.op);
-      case Op::kSet: {
-        auto* m = request.mutable_set();
-        scoped(m);
-        m->set_key(std::move(c.keys[0]));
-        m->set_value(std::move(c.values[0]));
-        break;
-      }
-      case Op::kAppend: {
-        auto* m = request.mutable_append();
-        scoped(m);
-        m->set_key(std::move(c.keys[0]));
-        m->set_value(std::move(c.values[0]));
-        break;
-      }
-      case Op::kCompareSet: {
-        auto* m = request.mutable_compare_set();
-        scoped(m);
-        m->set_key(std::move(c.keys[0]));
-        owed.expected = c.values[0];
-        m->set_expected(std::move(c.values[0]));
-        m->set_desired(std::move(c.values[1]));
-        owed.reply = Reply::kCompareSet;
-        break;
-      }
-      case Op::kGet:
-      case Op::kMultiGet: {
-        // torch's GET does not wait (its client waits first) and reads a missing key as empty.
-        auto* m = request.mutable_multi_get();
-        scoped(m);
-        for (auto& k : c.keys) m->add_keys(std::move(k));
-        owed.reply = c.op == Op::kGet ? Reply::kValue : Reply::kMultiGet;
-        break;
-      }
-      case Op::kAdd: {
-        auto* m = request.mutable_add();
-        scoped(m);
-        m->set_key(std::move(c.keys[0]));
-        m->set_delta(c.number);
-        owed.reply = Reply::kAdd;
-        break;
-      }
-      case Op::kCheck: {
-        auto* m = request.mutable_check();
-        scoped(m);
-        for (auto& k : c.keys) m->add_keys(std::move(k));
-        owed.reply = Reply::kCheck;
-        break;
-      }
-      case Op::kWait: {
-        auto* m = request.mutable_wait();
-        scoped(m);
-        for (auto& k : c.keys) m->add_keys(std::move(k));
-        m->set_timeout_ms(static_cast<uint32_t>(
-            std::clamp<int64_t>(options_.waitDeadline.count(), 1, std::numeric_limits<uint32_t>::max())));
-        owed.reply = Reply::kWait;
-        break;
-      }
-      case Op::kNumKeys:
-        scoped(request.mutable_num_keys());
-        owed.reply = Reply::kNumKeys;
-        break;
-      case Op::kDelete: {
-        auto* m = request.mutable_delete_key();
-        scoped(m);
-        m->set_key(std::move(c.keys[0]));
-        owed.reply = Reply::kDelete;
-        break;
-      }
-      case Op::kMultiSet: {
-        auto* m = request.mutable_multi_set();
-        scoped(m);
-        for (auto& k : c.keys) m->add_keys(std::move(k));
-        for (auto& v : c.values) m->add_values(std::move(v));
-        break;
-      }
-      case Op::kListKeys:
-        scoped(request.mutable_list_keys());
-        owed.reply = Reply::kListKeys;
+      default:
         break;
     }
+    v1::StoreRequest request;
+    Owed owed;
+    const auto waitMs = static_cast<uint32_t>(
+        std::clamp<int64_t>(options_.waitDeadline.count(), 1, std::numeric_limits<uint32_t>::max()));
+    tcpstore::toStoreRequest(c, conn.scope, waitMs, request, owed);
     if (conn.answersNow) {
       // A store in this process: answered here, in order, with no hand-over (the handler is
       // replaced on this thread only, so it lives through the call).
@@ -459,7 +379,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     const bool failed = response.has_status() && response.status().code() != 0;
     answer_.clear();
     if (!failed) {
-      encode(owed, response, answer_);
+      tcpstore::encodeAnswer(owed, response, answer_);
       if (answer_.empty()) return true;  // a set: nothing to write, nothing else changes
     }
     std::string failure;
@@ -542,7 +462,7 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
         watchLocked(conn);
       }
       std::string answer;
-      if (!(response.has_status() && response.status().code() != 0)) encode(owed, response, answer);
+      if (!(response.has_status() && response.status().code() != 0)) tcpstore::encodeAnswer(owed, response, answer);
       answerLocked(conn, response, answer, failure);
       wake = std::this_thread::get_id() != threadId_;
     }
@@ -570,44 +490,6 @@ class TcpStoreServer::Impl : public std::enable_shared_from_this<Impl> {
     if (failure.empty()) return;
     if (auto held = log_.allow()) {
       spdlog::info("store: closed the TCPStore connection from {}{}", failure, heldBackNote(*held));
-    }
-  }
-
-  static void encode(const Owed& owed, const v1::StoreResponse& r, std::string& out) {
-    switch (owed.reply) {
-      case Reply::kNone:
-        return;
-      case Reply::kValue:
-        tcpstore::appendBytes(out, r.multi_get().values_size() > 0 ? r.multi_get().values(0) : std::string());
-        return;
-      case Reply::kMultiGet:
-        for (const auto& v : r.multi_get().values()) tcpstore::appendBytes(out, v);
-        return;
-      case Reply::kCompareSet:
-        // torch answers a missing key with `expected` (and sets nothing) unless that is empty.
-        tcpstore::appendBytes(out, r.compare_set().key_was_missing() && !owed.expected.empty()
-                                       ? owed.expected
-                                       : r.compare_set().value());
-        return;
-      case Reply::kAdd:
-        tcpstore::appendI64(out, r.add().value());
-        return;
-      case Reply::kCheck:
-        tcpstore::appendU8(out, r.check().all_present() ? tcpstore::kCheckReady : tcpstore::kCheckNotReady);
-        return;
-      case Reply::kWait:
-        tcpstore::appendU8(out, tcpstore::kStopWaiting);
-        return;
-      case Reply::kDelete:
-        tcpstore::appendI64(out, r.delete_key().deleted() ? 1 : 0);
-        return;
-      case Reply::kNumKeys:
-        tcpstore::appendI64(out, r.num_keys().count());
-        return;
-      case Reply::kListKeys:
-        tcpstore::appendI64(out, r.list_keys().keys_size());
-        for (const auto& k : r.list_keys().keys()) tcpstore::appendBytes(out, k);
-        return;
     }
   }
 
