@@ -122,6 +122,9 @@ def run_job(args, python, version, contender, tmp):
     port = benchlib.free_port()
     run_id = "lost-node-%d" % port
     argv = agent_argv(args, python, version, contender, port, run_id, os.path.join(d, "checkpoint.pt"))
+    if args.keep:  # what ran, for whoever reads the kept logs (the port finds the agents of a stuck job)
+        with open(os.path.join(d, "argv.json"), "w") as f:
+            json.dump({"contender": contender, "argv": argv, "port": port}, f)
     nodes, files = {}, []
 
     def start(tag):
