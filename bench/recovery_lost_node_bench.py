@@ -205,6 +205,10 @@ def run_job(args, python, version, contender, tmp):
            "warm": "a warm spare starts as rank" in text.get("c.err", "")}
     if rc != 0:
         res["stage"] = stage
+        # Whether the ranks were done (a job whose ranks all logged the last step and whose
+        # processes did not exit hung in its teardown, not in its recovery).
+        res["last_step_by_rank"] = {str(r): max((st for rr, st, _ in steps if rr == r), default=0)
+                                    for r in range(world)}
         res["stderr_tail"] = (text.get("a.err", "")[-1200:], text.get("c.err", "")[-1200:])
     return res
 

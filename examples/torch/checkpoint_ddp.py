@@ -13,7 +13,8 @@ generator seeded with (s, r)), the per-parameter gradient averaging and the step
 (--step_ms) are recoverable_ddp.py's, so both end with the same parameters, failure or not. Rank 0
 prints "step N" when N steps are done, and at the end "digest HEX" (the first 16 hex digits of the
 sha256 of the final parameters' bytes), as recoverable_ddp.py does. bench/recovery_bench.py sets
-the two side by side.
+the two side by side. It ends with a barrier and os._exit(0), not destroy_process_group(): torch
+1.13 can deadlock in the group's teardown (the end of main() says how).
 
 Test hooks (environment; RANK:STEP[:SIGNAL][@RESTART] lists, acting only while
 TORCHELASTIC_RESTART_COUNT is RESTART, 0 by default: the first attempt):
@@ -29,6 +30,7 @@ import argparse
 import hashlib
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -153,7 +155,20 @@ def main(argv=None):
 
     if rank == 0:
         print("digest %s" % digest(model), flush=True)
-    dist.destroy_process_group()
+    # The process ends here, without tearing down the group: torch 1.13 can deadlock in that
+    # teardown. Caught in a job restarted after a lost node, about 1 in 30 under load
+    # (bench/recovery_lost_node_bench.py, gdb): the main thread, holding the GIL, runs
+    # ~Reducer -> ~ProcessGroupGloo -> std::thread::join, while the gloo thread it joins is in
+    # runLoop -> ~TensorImpl -> destroy_pyobj_if_needed -> PyEval_AcquireThread, waiting for that
+    # GIL. Whatever order the script frees DDP and the group in, the last reference to the group
+    # goes on a thread that holds the GIL. After the barrier every rank is past its last
+    # collective, so nothing is left for the kernel's close of the sockets to cut short.
+    dist.barrier()
+    if times:
+        times.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
