@@ -174,9 +174,11 @@ class MultiNodeInProcessRecoveryTest(ml.MultiNodeTestCase):
             return ("started 3 warm process(es) while waiting for a round" in c.stderr() and
                     len(self.starts()) >= len(known) + 3)
 
-        # Steps of 400 ms: the job must outlast the standby's wait (2 s) and its imports.
+        # Steps of 1 s: the job (60 steps) must outlast the standby's wait (2 s) and three imports of
+        # torch, which took over 20 s beside another torch test under ctest -j2 (a CI run where steps
+        # of 400 ms ended the job first). The digest does not depend on the step's length.
         res_a, res_c, before, starts = self.lose_a_node_with_a_standby(["--spares_per_node=1"], standby_ready,
-                                                                       step_ms=400)
+                                                                       step_ms=1000)
         self.assertEqual(self.digest(res_a.stdout), want)
         warm = {pid for rank, pid, _ in before if rank == -1}
         for rank in (2, 3):  # the lost ranks' new processes were started before the loss
