@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -38,6 +39,20 @@ int64_t parseCounter(const std::string& key, const std::string& value) {
 std::string randomId() {
   std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("{:016x}", rng());
+}
+
+// The transaction applies only if key k is as `kv` read it: the same mod revision, or still missing.
+void unchangedSince(etcdserverpb::TxnRequest& t, const std::string& k, const std::optional<EtcdKeyValue>& kv) {
+  auto* cmp = t.add_compare();
+  cmp->set_key(k);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  if (kv) {
+    cmp->set_target(etcdserverpb::Compare::MOD);
+    cmp->set_mod_revision(kv->modRevision);
+  } else {
+    cmp->set_target(etcdserverpb::Compare::CREATE);  // create_revision 0: the key is missing
+    cmp->set_create_revision(0);
+  }
 }
 
 }  // namespace
@@ -145,16 +160,7 @@ int64_t EtcdKeyStore::add(const std::string& key, int64_t delta) {
       nonce = opPrefix_ + clientId_ + "-" + std::to_string(++nonceSeq_);
     }
     etcdserverpb::TxnRequest t;
-    auto* cmp = t.add_compare();
-    cmp->set_key(k);
-    cmp->set_result(etcdserverpb::Compare::EQUAL);
-    if (kv) {
-      cmp->set_target(etcdserverpb::Compare::MOD);
-      cmp->set_mod_revision(kv->modRevision);
-    } else {
-      cmp->set_target(etcdserverpb::Compare::CREATE);  // create_revision 0: the key is missing
-      cmp->set_create_revision(0);
-    }
+    unchangedSince(t, k, kv);
     auto* put = t.add_success()->mutable_request_put();
     put->set_key(k);
     put->set_value(std::to_string(value));
@@ -208,16 +214,7 @@ void EtcdKeyStore::append(const std::string& key, const std::string& value) {
   for (;;) {
     auto kv = client_.get(k);
     etcdserverpb::TxnRequest t;
-    auto* cmp = t.add_compare();
-    cmp->set_key(k);
-    cmp->set_result(etcdserverpb::Compare::EQUAL);
-    if (kv) {
-      cmp->set_target(etcdserverpb::Compare::MOD);
-      cmp->set_mod_revision(kv->modRevision);
-    } else {
-      cmp->set_target(etcdserverpb::Compare::CREATE);
-      cmp->set_create_revision(0);
-    }
+    unchangedSince(t, k, kv);
     auto* put = t.add_success()->mutable_request_put();
     put->set_key(k);
     put->set_value(kv ? kv->value + value : value);
