@@ -28,6 +28,8 @@
 #include "agent/worker_group.h"
 #include "agent/worker_specs.h"
 #include "common/error.h"
+#include "common/net.h"
+#include "common/store_prefix.h"
 #include "common/strings.h"
 
 namespace ddprun {
@@ -185,15 +187,27 @@ class ElasticAgent::Impl {
     startGroup(round);
   }
 
-  void startGroup(RoundInfo round) {
-    // Single node: the workers' store is a folder per round; nothing to serve.
-    if (round.storeAddr.empty()) specs_.placeFileStore(round);
+  // Where a round's workers find their stores. torch's (MASTER_ADDR:MASTER_PORT): the agent's
+  // TorchStore when it serves one; every rank is its client, on this node, and it outlives them
+  // all. libddp's (DDPRUN_STORE_ADDR): the job's store that the rendezvous named (several nodes);
+  // on one node the agent's TorchStore too, through torch's protocol, so a C++ rank and a torch
+  // rank share its keys (worker_sdk/tcp_store.h); with no TorchStore, a folder per round.
+  void placeStores(RoundInfo& round) {
     if (options_.torchStore) {
-      // Every rank is a client of the agent's store, on this node; it outlives them all.
       options_.torchStore->beginRound(options_.runId, round);
       round.masterAddr = TorchStore::kAddress;
       round.masterPort = options_.torchStore->port();
+      if (round.storeAddr.empty()) {
+        round.storeAddr = "tcpstore://" + joinHostPort(TorchStore::kAddress, round.masterPort);
+        round.storePrefix = storePrefix(options_.runId, round.round);
+      }
+    } else if (round.storeAddr.empty()) {
+      specs_.placeFileStore(round);
     }
+  }
+
+  void startGroup(RoundInfo round) {
+    placeStores(round);
     judgeAttempt(round.restartCount > attempt_.round.restartCount);  // the attempt that ended, if not yet
     finishTimer_.cancel();
     dumpTimer_.cancel();
@@ -257,12 +271,7 @@ class ElasticAgent::Impl {
         return;
       }
     }
-    if (round.storeAddr.empty()) specs_.placeFileStore(round);
-    if (options_.torchStore) {
-      options_.torchStore->beginRound(options_.runId, round);
-      round.masterAddr = TorchStore::kAddress;
-      round.masterPort = options_.torchStore->port();
-    }
+    placeStores(round);
     const bool warm = group_->spares() > 0;
     std::function<WorkerChannelEnd(int)> channel;
     if (options_.heartbeats && !warm) {
@@ -327,11 +336,7 @@ class ElasticAgent::Impl {
         return;
       }
     }
-    if (options_.torchStore) {
-      options_.torchStore->beginRound(options_.runId, round);
-      round.masterAddr = TorchStore::kAddress;
-      round.masterPort = options_.torchStore->port();
-    }
+    placeStores(round);
     finishTimer_.cancel();
     dumpTimer_.cancel();
     attempt_ = Attempt(round, options_.finishTimeout);

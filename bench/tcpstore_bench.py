@@ -18,7 +18,10 @@ Measured, per server, interleaved (A B, then B A, ...), the median of --reps:
     NCCL id's size) and every other rank gets it (torch's get waits for it); the time from the
     start barrier until the last rank has it.
 Output: one JSON line per measurement, then a markdown table of the ratios (ddprun / torch for
-rates, torch / ddprun for times: above 1 is ddprun faster).
+rates, torch / ddprun for times: above 1 is ddprun faster) and of where the CPU went: the server
+process's (every thread's schedstat, over the driver's whole run: its connects and closes too) and
+the clients' (getrusage over the measured window), per operation or per bootstrap. The share of the
+wall a server's CPU takes bounds what a faster server can gain on that row.
 """
 import argparse
 import json
@@ -31,7 +34,7 @@ import time
 import benchlib
 
 DRIVER = r'''
-import datetime, json, sys, threading, time
+import datetime, json, resource, sys, threading, time
 import torch.distributed as dist
 
 port, mode, clients, ops = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -72,10 +75,13 @@ for t in threads:
     t.start()
 barrier.wait()
 start = time.monotonic()
+cpu0 = resource.getrusage(resource.RUSAGE_SELF)
 for t in threads:
     t.join()
+cpu1 = resource.getrusage(resource.RUSAGE_SELF)
 wall = max(done) - start
-print(json.dumps({"wall_s": wall}))
+cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+print(json.dumps({"wall_s": wall, "client_cpu_s": cpu}))
 '''
 
 TORCH_SERVER = r'''
@@ -101,6 +107,18 @@ def start_server(argv):
     return proc, int(line.split()[1])
 
 
+def cpu_ns(pid):
+    """CPU time so far of every thread of `pid`, in ns (schedstat: finer than /proc/PID/stat's ticks)."""
+    total = 0
+    for task in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, task)) as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended in between
+    return total
+
+
 def stop_server(proc):
     try:
         proc.stdin.close()
@@ -110,12 +128,16 @@ def stop_server(proc):
         proc.wait()
 
 
-def drive(python, port, mode, clients, ops):
+def drive(python, port, mode, clients, ops, server_pid):
+    """(wall s, the client process's CPU s over that wall, the server's CPU s over the run)."""
+    before = cpu_ns(server_pid)
     out = subprocess.run([python, "-c", DRIVER, str(port), mode, str(clients), str(ops)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, timeout=600)
     if out.returncode != 0:
         raise SystemExit("tcpstore_bench: the %s driver failed: %s" % (mode, out.stderr[-2000:]))
-    return json.loads(out.stdout.strip().splitlines()[-1])["wall_s"]
+    server_cpu = (cpu_ns(server_pid) - before) / 1e9  # includes the clients' connects and closes
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["wall_s"], result["client_cpu_s"], server_cpu
 
 
 def main():
@@ -146,32 +168,42 @@ def main():
         # server too (seen here at 8 threads x 2000 calls): one client only there.
         cases = [(mode, n) for mode, n in cases if mode != "compare_set" or n == 1]
     walls = {}  # (server, mode, clients) -> [wall_s]
+    cpus = {}  # (server, mode, clients) -> [(client CPU s, server CPU s)]
     for rep in range(args.reps):
         order = ["ddprun", "torch"] if rep % 2 == 0 else ["torch", "ddprun"]
         for name in order:
             proc, port = start_server(servers[name])
             try:
                 for mode, clients in cases:
-                    wall = drive(args.python, port, mode, clients, args.ops)
+                    wall, client_cpu, server_cpu = drive(args.python, port, mode, clients, args.ops, proc.pid)
                     walls.setdefault((name, mode, clients), []).append(wall)
+                    cpus.setdefault((name, mode, clients), []).append((client_cpu, server_cpu))
                     rate = None if mode == "bootstrap" else clients * args.ops / wall
                     print(json.dumps({"server": name if name == "ddprun" else peer, "rep": rep, "op": mode,
                                       "clients": clients, "wall_s": round(wall, 6),
-                                      "ops_per_s": round(rate, 1) if rate else None}), flush=True)
+                                      "ops_per_s": round(rate, 1) if rate else None,
+                                      "client_cpu_s": round(client_cpu, 6), "server_cpu_s": round(server_cpu, 6)}),
+                          flush=True)
             finally:
                 stop_server(proc)
     rows = []
     for mode, clients in cases:
         d = statistics.median(walls["ddprun", mode, clients])
         t = statistics.median(walls["torch", mode, clients])
+        # CPU: medians of each side's client and server time, per operation (us) or per bootstrap (ms).
+        per, unit = (1e3, "ms") if mode == "bootstrap" else (1e6 / (clients * args.ops), "us")
+        cpu = {(name, i): statistics.median(c[i] for c in cpus[name, mode, clients]) * per
+               for name in ("ddprun", "torch") for i in (0, 1)}
+        cpu_cols = ["%.1f / %.1f %s" % (cpu["ddprun", 1], cpu["torch", 1], unit),
+                    "%.1f / %.1f %s" % (cpu["ddprun", 0], cpu["torch", 0], unit)]
         if mode == "bootstrap":
-            rows.append([mode, clients, "%.1f ms" % (d * 1e3), "%.1f ms" % (t * 1e3), "%.2fx" % (t / d)])
+            rows.append([mode, clients, "%.1f ms" % (d * 1e3), "%.1f ms" % (t * 1e3), "%.2fx" % (t / d)] + cpu_cols)
         else:
             n = clients * args.ops
-            rows.append([mode, clients, "%.0f/s" % (n / d), "%.0f/s" % (n / t), "%.2fx" % (t / d)])
+            rows.append([mode, clients, "%.0f/s" % (n / d), "%.0f/s" % (n / t), "%.2fx" % (t / d)] + cpu_cols)
     print("\n%s; client: torch %s; %d reps, median; %s\n" % (peer, version, args.reps, benchlib.machine_text()))
-    print("\n".join(benchlib.md_table(["op", "clients", "ddprun", peer, "ddprun / torch"], rows)))
-
+    print("\n".join(benchlib.md_table(["op", "clients", "ddprun", peer, "ddprun / torch",
+                                       "server CPU ddprun / torch", "client CPU ddprun / torch"], rows)))
 
 if __name__ == "__main__":
     main()

@@ -23,7 +23,7 @@ if(DDPRUN_PORTABLE)
 endif()
 
 # libddp's objects and the internal libraries it needs, position-independent for libddp.so.
-set(DDPRUN_SDK_ARCHIVES ddp ddprun_store_client ddprun_store_etcd ddprun_etcd_client ddprun_rpc ddprun_tls ddprun_proto ddprun_common)
+set(DDPRUN_SDK_ARCHIVES ddp ddprun_store_client ddprun_store_etcd ddprun_store_tcpstore_codec ddprun_etcd_client ddprun_rpc ddprun_tls ddprun_proto ddprun_common)
 set_target_properties(${DDPRUN_SDK_ARCHIVES} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
 # libddp.so: every object of libddp (whole archive), the internal libraries as needed; gRPC,

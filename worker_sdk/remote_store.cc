@@ -1,12 +1,16 @@
 #include "worker_sdk/remote_store.h"
 
+#include <tuple>
+
 #include "common/error.h"
+#include "common/net.h"
 #include "common/store_prefix.h"
 #include "common/strings.h"
 #include "common/token_file.h"
 #include "store/client/store_client.h"
 #include "worker_sdk/etcd_store.h"
 #include "worker_sdk/file_store.h"
+#include "worker_sdk/tcp_store.h"
 
 namespace ddp {
 
@@ -108,7 +112,25 @@ std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeo
     o.timeout = timeout;
     return std::make_unique<EtcdStore>(std::move(o));
   }
-  // ddprun --standalone: a folder per round, already private to the round (no prefix needed).
+  // One node whose agent serves torch's store: that store, through torch's protocol; the agent
+  // binds the connection to the round, so no prefix is needed (worker_sdk/tcp_store.h).
+  constexpr std::string_view kTcpStoreScheme = "tcpstore://";
+  if (ddprun::startsWith(env.storeAddr, kTcpStoreScheme)) {
+    TcpStoreOptions t;
+    const std::string endpoint = env.storeAddr.substr(kTcpStoreScheme.size());
+    try {
+      std::tie(t.host, t.port) = ddprun::parseEndpoint(endpoint, 0);
+    } catch (const std::exception& e) {
+      throw ddprun::ConfigError("DDPRUN_STORE_ADDR='" + env.storeAddr + "': " + e.what());
+    }
+    if (t.host.empty() || t.port <= 0 || t.port > 65535) {
+      throw ddprun::ConfigError("DDPRUN_STORE_ADDR='" + env.storeAddr + "' must name a host and a port (tcpstore://host:port)");
+    }
+    t.timeout = timeout;
+    return std::make_unique<TcpStore>(std::move(t));
+  }
+  // ddprun --standalone without the agent's torch store: a folder per round, already private to the
+  // round (no prefix needed).
   constexpr std::string_view kFileScheme = "file://";
   if (ddprun::startsWith(env.storeAddr, kFileScheme)) {
     FileStoreOptions f;

@@ -62,9 +62,11 @@ RemoteStoreOptions remoteStoreOptions(const Env& env);
 struct EtcdStoreOptions;
 EtcdStoreOptions etcdStoreOptions(const Env& env);
 
-// Connects to the job's store with the given timeout: a FileStore over the folder when
-// DDPRUN_STORE_ADDR is file:///path (ddprun --standalone), an EtcdStore when it is
-// etcd://h1:2379,h2:2379 (--rdzv_backend=etcd), else RemoteStore(remoteStoreOptions(env)).
+// Connects to the job's store with the given timeout: a TcpStore (torch's protocol to the agent's
+// store) when DDPRUN_STORE_ADDR is tcpstore://host:port (one node, the agent serving torch's
+// store), a FileStore over the folder when it is file:///path (one node, --torch_store=rank0), an
+// EtcdStore when it is etcd://h1:2379,h2:2379 (--rdzv_backend=etcd), else
+// RemoteStore(remoteStoreOptions(env)).
 std::unique_ptr<Store> makeStore(const Env& env, std::chrono::milliseconds timeout = Store::kDefaultTimeout);
 
 }  // namespace ddp

@@ -3,7 +3,8 @@
 // and CANCEL_WAIT (a STOP_WAITING racing it included), what closes a connection (a bad magic, a
 // command byte that names none, an oversized key, a command not served, a stalled partial command,
 // a refused binding, a stale round, a store error), and silent connections, counted not timed.
-// torch's own clients against the same server: test_tcpstore_protocol.py.
+// torch's own clients against the same server: test_tcpstore_protocol.py. libddp's client of the
+// same protocol (worker_sdk/tcp_store.h, a single-node job's C++ ranks) at the end.
 #include "store/tcpstore/tcpstore_server.h"
 
 #include <netinet/in.h>
@@ -23,10 +24,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "common/unique_fd.h"
 #include "store/core/store_core.h"
 #include "store/core/store_limits.h"
 #include "store/tcpstore/tcpstore_codec.h"
+#include "worker_sdk/tcp_store.h"
 
 namespace ddprun {
 namespace {
@@ -560,6 +563,87 @@ TEST_CASE("tcpstore: a client that ends its side is closed, its waits forgotten"
     std::this_thread::sleep_for(10ms);
   }
   CHECK(h.core->store().stats().waits == 0);
+}
+
+ddp::TcpStoreOptions libddpOptions(int port) {
+  ddp::TcpStoreOptions o;
+  o.port = port;
+  o.timeout = 5s;
+  o.connectTimeout = 5s;
+  return o;
+}
+
+TEST_CASE("tcpstore: libddp's client (worker_sdk/tcp_store.h): every call of the Store interface") {
+  Harness h;
+  ddp::TcpStore a(libddpOptions(h.port));
+  ddp::TcpStore b(libddpOptions(h.port));
+  a.set("k", std::string("v\0w", 3));
+  CHECK(b.get("k") == std::string("v\0w", 3));
+  CHECK(a.add("n", 5) == 5);
+  CHECK(b.add("n", -2) == 3);
+  // compare_set as the Store interface says, over TCPStore's rules: a swap, a mismatch, a missing
+  // key with an expected value ("" back: TCPStore answers `expected`), a missing key with none.
+  CHECK(a.compareSet("k", std::string("v\0w", 3), "x") == "x");
+  CHECK(a.compareSet("k", "nope", "y") == "x");
+  CHECK(a.compareSet("missing", "old", "new") == "");
+  CHECK_FALSE(a.check({"missing"}));
+  CHECK(a.compareSet("missing", "same", "same") == "");
+  CHECK(a.compareSet("fresh", "", "first") == "first");
+  CHECK(b.get("fresh") == "first");
+  a.wait({"fresh"}, std::chrono::milliseconds::max());  // "forever": a deadline that does not overflow
+  CHECK(a.check({"k", "fresh"}));
+  CHECK_FALSE(a.check({"k", "absent"}));
+  CHECK(a.numKeys() == 3);  // k, n, fresh
+  CHECK(a.deleteKey("k"));
+  CHECK_FALSE(a.deleteKey("k"));
+  CHECK(h.core->store().get(StoreScope{"job", 1}, "fresh") == std::optional<std::string>("first"));
+  CHECK_THROWS_AS(a.set("", "v"), ConfigError);
+  CHECK_THROWS_AS(a.get(std::string(kMaxStoreKeyBytes + 1, 'k')), ConfigError);
+}
+
+TEST_CASE("tcpstore: libddp's client waits for another's key, and a timed-out wait leaves the connection in step") {
+  Harness h;
+  ddp::TcpStore a(libddpOptions(h.port));
+  ddp::TcpStore b(libddpOptions(h.port));
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    b.set("late", "here");
+  });
+  CHECK(a.get("late") == "here");  // waited: GET alone would answer a missing key with nothing
+  later.join();
+  try {
+    a.wait({"never", "late"}, 200ms);
+    FAIL("the wait did not time out");
+  } catch (const TimeoutError& e) {
+    CHECK(std::string(e.what()).find("never") != std::string::npos);
+  }
+  // CANCEL_WAIT was answered: the next answers belong to the next calls.
+  CHECK(a.add("after", 1) == 1);
+  CHECK(a.get("late") == "here");
+  CHECK(h.core->store().stats().waits == 0);
+}
+
+TEST_CASE("tcpstore: libddp's client is told a refusal and a stale round as ConnectionError") {
+  std::atomic<bool> current{true};
+  StoreCoreOptions co;
+  co.roundIsCurrent = [&](const std::string&, uint64_t) { return current.load(); };
+  Harness h({}, std::move(co));
+  ddp::TcpStore a(libddpOptions(h.port));
+  a.set("k", "v");
+  CHECK(a.get("k") == "v");
+  current = false;  // the round of a's connection is over
+  CHECK_THROWS_AS(a.get("k"), ConnectionError);
+  CHECK_THROWS_AS(a.add("n", 1), ConnectionError);  // closed for good
+  h.refuse = true;
+  CHECK_THROWS_AS(ddp::TcpStore(libddpOptions(h.port)), ConnectionError);
+  // Nothing listens: refused until connectTimeout.
+  const int port = h.port;
+  h.listener.reset();
+  auto o = libddpOptions(port);
+  o.connectTimeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(ddp::TcpStore(o), ConnectionError);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
 }
 
 }  // namespace

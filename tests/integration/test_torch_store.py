@@ -9,7 +9,9 @@
   timeout, never a hang nor a reset;
 - a process that is not one of the job's (this test, with torch's TCPStore client, and a job that
   has a token) is refused, and the job goes on;
-- --master_port is honoured; --torch_store=rank0 keeps torchrun's rank-0 store.
+- --master_port is honoured; --torch_store=rank0 keeps torchrun's rank-0 store;
+- libddp's C++ ranks and torch's ranks of one job share one store, on two nodes (the job's store)
+  and on one (the agent's, through torch's protocol).
 """
 
 import datetime
@@ -173,6 +175,19 @@ class TorchStoreTest(ml.MultiNodeTestCase):
         leaders = {l.rsplit("leader=", 1)[1].strip() for l in lines}
         self.assertEqual(len(leaders), 1, lines)
         self.assert_no_leftovers(jobs)
+
+    def test_cpp_and_torch_ranks_on_one_node_share_the_agents_store(self):
+        # One node: libddp's ranks reach the agent's store through torch's protocol
+        # (DDPRUN_STORE_ADDR=tcpstore://, worker_sdk/tcp_store.h), not a folder of their own.
+        test_bin = os.environ.get("DDPRUN_TEST_BIN") or os.path.join(tl.REPO, "build", "test-bin")
+        res = self.run_job(["--standalone", "--nproc_per_node=4", "--max_restarts=0", tl.worker("mixed_store_job.py")],
+                           env={"DDPRUN_TEST_BIN": test_bin}, timeout=TIMEOUT)
+        self.assert_exit(res, 0)
+        lines = [l for l in res.stdout.splitlines() if "arrived=" in l]
+        self.assertEqual(len(lines), 4, res.describe())
+        self.assertTrue(all("arrived=4 " in l for l in lines), lines)
+        leaders = {l.rsplit("leader=", 1)[1].strip() for l in lines}
+        self.assertEqual(len(leaders), 1, lines)
 
 
 if __name__ == "__main__":
