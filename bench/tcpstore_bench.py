@@ -3,7 +3,7 @@
 the same torch's real client (issue #35's bench; results in bench/RESULTS_MULTINODE.md).
 
   python3 bench/tcpstore_bench.py [--python PY] [--reps 3] [--clients 1,8,64] [--ops 2000]
-                                  [--bootstrap 8,64,256] [--smoke]
+                                  [--bootstrap 8,64,256] [--modes set,get,...] [--smoke]
 
 --python is the interpreter whose torch provides the client and the peer server: Debian's torch
 1.13 (/usr/bin/python3: its legacy server) or the torch 2.x tier's venv (its libuv server, torch
@@ -149,6 +149,7 @@ def main():
     ap.add_argument("--clients", default="1,8,64")
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--bootstrap", default="8,64,256")
+    ap.add_argument("--modes", default="set,get,add,compare_set,bootstrap", help="which measurements, comma-separated")
     ap.add_argument("--smoke", action="store_true", help="a seconds-long run (ctest -L bench)")
     args = ap.parse_args()
     if args.smoke:
@@ -161,8 +162,13 @@ def main():
         benchlib.skip("no torch for %s: no client and no peer server" % args.python)
     peer = "torch %s %s server" % (version, "legacy" if version.startswith("1.") else "libuv")
     servers = {"ddprun": [args.server], "torch": [args.python, "-c", TORCH_SERVER]}
-    cases = [(mode, int(n)) for mode in ("set", "get", "add", "compare_set") for n in args.clients.split(",")]
-    cases += [("bootstrap", int(n)) for n in args.bootstrap.split(",")]
+    modes = args.modes.split(",")
+    cases = [(mode, int(n)) for mode in ("set", "get", "add", "compare_set") if mode in modes
+             for n in args.clients.split(",")]
+    if "bootstrap" in modes:
+        cases += [("bootstrap", int(n)) for n in args.bootstrap.split(",")]
+    if not cases:
+        raise SystemExit("tcpstore_bench: --modes names nothing to measure (set, get, add, compare_set, bootstrap)")
     if version.startswith("1."):
         # torch 1.13's client dies (SIGSEGV) when several threads call compare_set, against its own
         # server too (seen here at 8 threads x 2000 calls): one client only there.
