@@ -9,7 +9,8 @@
 // end (a worker of the current attempt), and binds it to that attempt's round. It has no error
 // reply either: a refusal (a stranger, a stale round, a key over the store's limits) closes the
 // connection, which this class reports as ConnectionError at the call that finds it closed (a set,
-// which the protocol does not answer, at the next call).
+// which the protocol does not answer, at the next call). One connection, one call at a time, as
+// torch's client: a thread in get() or wait() holds it until the key comes or the timeout.
 #pragma once
 
 #include <chrono>
