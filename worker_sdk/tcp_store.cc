@@ -33,6 +33,9 @@ Clock::time_point after(milliseconds timeout) {
   return Clock::now() + std::clamp(timeout, milliseconds(0), kLongestWait);
 }
 
+// Why a connection the agent's TCPStore closed is closed: the protocol's only refusal.
+constexpr const char* kClosedWhy = "a stale round, a refusal, or the agent ended";
+
 // A command's first byte in torch 2.x's dialect (tcpstore_codec.h: the Op's number).
 std::string command(tcp::Op op) {
   std::string out;
@@ -124,8 +127,7 @@ void TcpStore::send(const std::string& bytes) {
       ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
       continue;
     }
-    fail(std::string("the agent's TCPStore closed the connection (") + std::strerror(errno) +
-         "): a stale round, a refusal, or the agent ended");
+    fail(std::string("the agent's TCPStore closed the connection (") + std::strerror(errno) + "): " + kClosedWhy);
   }
 }
 
@@ -138,7 +140,7 @@ bool TcpStore::recvBy(char* out, std::size_t n, Clock::time_point deadline) {
       got += static_cast<std::size_t>(r);
       continue;
     }
-    if (r == 0) fail("the agent's TCPStore closed the connection: a stale round, a refusal, or the agent ended");
+    if (r == 0) fail(std::string("the agent's TCPStore closed the connection: ") + kClosedWhy);
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       fail(std::string("the connection to the agent's TCPStore failed: ") + std::strerror(errno));

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,8 @@
 #include "store/core/store_core.h"
 #include "store/core/store_limits.h"
 #include "store/tcpstore/tcpstore_codec.h"
+#include "worker_sdk/env.h"
+#include "worker_sdk/remote_store.h"
 #include "worker_sdk/tcp_store.h"
 
 namespace ddprun {
@@ -644,6 +647,27 @@ TEST_CASE("tcpstore: libddp's client is told a refusal and a stale round as Conn
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(ddp::TcpStore(o), ConnectionError);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("tcpstore: makeStore gives libddp's client for a tcpstore:// address, and refuses a malformed one") {
+  Harness h;
+  std::map<std::string, std::string> vars = {
+      {"RANK", "0"},           {"LOCAL_RANK", "0"},        {"WORLD_SIZE", "1"},
+      {"LOCAL_WORLD_SIZE", "1"}, {"GROUP_RANK", "0"},     {"GROUP_WORLD_SIZE", "1"},
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(h.port)}, {"TORCHELASTIC_RUN_ID", "job"},
+      {"DDPRUN_STORE_ADDR", "tcpstore://127.0.0.1:" + std::to_string(h.port)},
+      {"DDPRUN_STORE_PREFIX", "/run/job/round/1/"}, {"DDPRUN_ROUND", "1"}};
+  auto store = ddp::makeStore(ddp::Env::fromEnvironment(vars), 3s);
+  REQUIRE(dynamic_cast<ddp::TcpStore*>(store.get()) != nullptr);
+  CHECK(store->timeout() == 3s);
+  store->set("x", "1");
+  CHECK(store->get("x") == "1");  // answered after the set (one connection, in order), so it is in
+  CHECK(h.core->store().get(StoreScope{"job", 1}, "x") == std::optional<std::string>("1"));
+  for (const char* bad : {"tcpstore://127.0.0.1", "tcpstore://127.0.0.1:0", "tcpstore://127.0.0.1:70000",
+                          "tcpstore://:5", "tcpstore://127.0.0.1:port"}) {
+    vars["DDPRUN_STORE_ADDR"] = bad;
+    CHECK_THROWS_AS(ddp::makeStore(ddp::Env::fromEnvironment(vars)), ConfigError);
+  }
 }
 
 }  // namespace
